@@ -1,0 +1,75 @@
+"""A small JSON cache under ~/.cache/provision (or PROVISION_CACHE).
+
+Entries are keyed by a fingerprint of the inputs; writes are atomic and a
+read-only home only costs the cache, never the command.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from pathlib import Path
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("PROVISION_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "provision"
+    )
+    return Path(root)
+
+
+def fingerprint(*parts: str) -> str:
+    """A short, stable digest of text parts (crc32 twice over; not for security)."""
+    blob = "\x00".join(parts).encode()
+    return f"{zlib.crc32(blob):08x}{zlib.adler32(blob):08x}{len(blob):x}"
+
+
+def read(name: str):
+    if os.environ.get("PROVISION_NO_CACHE"):
+        return None
+    try:
+        with (cache_dir() / name).open(encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def write(name: str, obj) -> None:
+    if os.environ.get("PROVISION_NO_CACHE"):
+        return
+    path = cache_dir() / name
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(obj, separators=(",", ":")), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def cached_resolve(matrix, req):
+    """`resolve.resolve` memoised on disk by (matrix + code fingerprint, request).
+
+    A warm `provision resolve` then imports neither the resolver nor the
+    matrix schema. Refusals are cached too and raised again as ResolveError.
+    """
+    from dataclasses import asdict
+
+    from provisioner.errors import ResolveError
+
+    key = fingerprint(matrix.fingerprint, json.dumps(asdict(req), sort_keys=True, default=list))
+    name = f"resolve-{key}.json"
+    hit = read(name) if matrix.fingerprint else None
+    if hit is None:
+        from provisioner import resolve
+
+        try:
+            hit = {"status": "ok", "stack": resolve.resolve(matrix, req)}
+        except ResolveError as exc:
+            hit = {"status": "refused", "message": str(exc), "reasons": exc.reasons, "alternatives": exc.alternatives}
+        if matrix.fingerprint:
+            write(name, hit)
+    if hit["status"] == "ok":
+        return hit["stack"]
+    raise ResolveError(hit["message"], reasons=hit["reasons"], alternatives=hit["alternatives"])

@@ -1,0 +1,382 @@
+"""Load the compatibility matrix: shipped YAML + user overlays, validated.
+
+Layers, later ones winning: ``matrices/*.yaml`` shipped with the package, then
+each path in ``PROVISION_MATRIX`` (os.pathsep-separated), then ``--matrix``
+paths. A path is a YAML file or a directory of them. Within one layer a key may
+appear once; a later layer replaces the fields it names in a row with the same
+key, adds new rows, or drops a row (``remove: true``).
+
+The validated result is cached as JSON (keyed by the files' sizes and mtimes),
+so a warm ``provision resolve`` never imports PyYAML.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from functools import cached_property
+from pathlib import Path
+
+from provisioner import cache
+from provisioner.errors import MatrixError
+from provisioner.paths import data_dir
+from provisioner.versions import V, VersionError, parse
+
+VERSION_KEYED = {"cann", "hdk", "firmware", "torch_npu_releases", "torch_npu", "torch", "mindspore"}
+IMAGE_TAG = re.compile(r"^(?P<chip>[0-9a-z]+)-(?P<os>[a-z]+\d+\.\d+)-py(?P<py>\d+\.\d+)(?P<devel>-devel)?$")
+ENV_VAR = "PROVISION_MATRIX"
+
+
+def _row_key(section: str, value) -> tuple | str:
+    if section in VERSION_KEYED:
+        try:
+            return V(str(value)).key
+        except VersionError:
+            return str(value)
+    return str(value).lower()
+
+
+def _files(path: Path) -> list[Path]:
+    if path.is_dir():
+        return sorted(p for p in path.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+    if path.is_file():
+        return [path]
+    raise MatrixError(f"{path}: matrix overlay not found (expected a YAML file or a directory of them)")
+
+
+def layer_paths(overlays: list[str | Path] | None = None) -> list[tuple[str, list[Path]]]:
+    """The layers to load, each as (name, files)."""
+    base = data_dir("matrices")
+    layers = [("shipped", _files(base))]
+    env = os.environ.get(ENV_VAR, "")
+    for item in [p for p in env.split(os.pathsep) if p] + [str(p) for p in overlays or []]:
+        layers.append((item, _files(Path(item))))
+    return layers
+
+
+def _label(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        base = data_dir("matrices")
+        return f"matrices/{path.name}" if path.parent.resolve() == base.resolve() else str(path)
+
+
+# Code whose behaviour a cached matrix or a cached resolution depends on.
+_CODE = ("matrix.py", "schema.py", "versions.py", "yamlio.py", "request.py", "resolve.py", "stack.py")
+
+
+def fingerprint(layers) -> str:
+    code = Path(__file__).resolve().parent
+    parts = []
+    for name in _CODE:
+        st = (code / name).stat()
+        parts.append(f"{name}:{st.st_mtime_ns}:{st.st_size}")
+    for _, files in layers:
+        for f in files:
+            st = f.stat()
+            parts.append(f"{f.resolve()}:{st.st_mtime_ns}:{st.st_size}")
+    return cache.fingerprint(*parts)
+
+
+def load(overlays: list[str | Path] | None = None, use_cache: bool = True) -> Matrix:
+    """Load and validate the matrix with its overlays (see the module docstring)."""
+    layers = layer_paths(overlays)
+    names = [name for name, _ in layers]
+    key = fingerprint(layers)
+    if use_cache:
+        data = cache.read(f"matrix-{key}.json")
+        if isinstance(data, dict):
+            return Matrix(data, names, key)
+    data = _build(layers)
+    if use_cache:
+        cache.write(f"matrix-{key}.json", data)
+    return Matrix(data, names, key)
+
+
+def _build(layers) -> dict:
+    from provisioner import schema
+    from provisioner.yamlio import load as load_yaml
+
+    merged: dict[str, dict] = {name: {} for name in schema.SECTIONS}
+    policy: dict = {}
+    for layer_name, files in layers:
+        seen: dict[tuple[str, object], str] = {}
+        for path in files:
+            label = _label(path)
+            doc = load_yaml(path, label)
+            if doc is None:
+                continue
+            if not isinstance(doc, dict):
+                raise MatrixError(f"{label}:1: a matrix file is a mapping of sections (e.g. 'cann:', 'torch_npu:')")
+            for section, rows in doc.items():
+                if section == "policy":
+                    policy.update(schema.check_policy(rows))
+                    continue
+                if section not in schema.SECTIONS:
+                    raise MatrixError(
+                        f"{doc.where(section)}: unknown section {section!r}"
+                        f" (expected one of: {', '.join(sorted([*schema.SECTIONS, 'policy']))})"
+                    )
+                if not isinstance(rows, list):
+                    raise MatrixError(f"{doc.where(section)}: section {section!r} must be a list of rows")
+                spec = schema.SECTIONS[section]
+                for row in rows:
+                    schema.check_row(section, row)
+                    key = _row_key(section, row.get(spec.key))
+                    if (section, key) in seen:
+                        raise MatrixError(
+                            f"{row.where(spec.key)}: duplicate {section} {spec.key} {row.get(spec.key)!r}"
+                            f" (first at {seen[(section, key)]})"
+                        )
+                    seen[(section, key)] = row.where(spec.key)
+                    _merge(merged[section], key, row, layer_name != "shipped")
+    data = {}
+    for section, rows in merged.items():
+        for row in rows.values():
+            schema.check_complete(section, row)
+        data[section] = [_plain(row) for row in rows.values()]
+    data["policy"] = dict(policy)
+    _cross_check(data, merged)
+    return data
+
+
+def _merge(table: dict, key, row, overlay: bool) -> None:
+    if row.get("remove") is True:
+        if key not in table:
+            raise MatrixError(f"{row.where()}: cannot remove {row.get(next(iter(row)))!r}: no such row")
+        del table[key]
+        return
+    if overlay and key in table:
+        old = table[key]
+        updated = type(old)(old)
+        updated.file, updated.line = row.file, row.line
+        updated.key_lines = {**old.key_lines, **row.key_lines}
+        updated.update(row)
+        table[key] = updated
+    else:
+        table[key] = row
+
+
+def _plain(row) -> dict:
+    out = {k: v for k, v in row.items() if k != "remove"}
+    out["_at"] = row.where()
+    return out
+
+
+def _cross_check(data: dict, merged: dict) -> None:
+    """Relations between sections: every reference must name something that exists."""
+    from provisioner import schema
+
+    def fail(section: str, row: dict, key: str, msg: str):
+        node = merged[section].get(_row_key(section, row[schema.SECTIONS[section].key]))
+        where = node.where(key) if node is not None else row["_at"]
+        raise MatrixError(f"{where}: {msg}")
+
+    source_ids = {r["id"] for r in data["sources"]}
+    for section, rows in data.items():
+        if section == "policy":
+            continue
+        for row in rows:
+            for src in row.get("source", []):
+                if re.fullmatch(r"[A-Z][A-Z0-9-]*", src) and src not in source_ids:
+                    fail(section, row, "source", f"unknown source id {src!r} (define it under 'sources:')")
+
+    families = {r["id"].lower(): r for r in data["families"]}
+    chips = {r["model"].lower() for r in data["chips"]}
+    cards = {r["id"].lower(): r for r in data["cards"]}
+    names: dict[str, str] = {}
+    for card in data["cards"]:
+        if card["family"].lower() not in families:
+            fail("cards", card, "family", f"card {card['id']!r} names unknown family {card['family']!r}")
+        for model in card.get("chip_models", []):
+            if model.lower() not in chips:
+                fail("cards", card, "chip_models", f"card {card['id']!r} names unknown chip model {model!r}")
+        for name in [card["id"], *card.get("aliases", [])]:
+            if name.lower() in names:
+                fail("cards", card, "aliases", f"card name {name!r} is already used by {names[name.lower()]!r}")
+            names[name.lower()] = card["id"]
+    for fam in data["families"]:
+        if fam["reference_card"].lower() not in cards:
+            fail("families", fam, "reference_card", f"family {fam['id']!r}: unknown reference card {fam['reference_card']!r}")
+        for alias in fam.get("aliases", []):
+            if alias.lower() in names and names[alias.lower()] != f"family:{fam['id']}":
+                fail("families", fam, "aliases", f"alias {alias!r} is already used by {names[alias.lower()]!r}")
+            names[alias.lower()] = f"family:{fam['id']}"
+    for chip in data["chips"]:
+        if chip["family"].lower() not in families:
+            fail("chips", chip, "family", f"chip {chip['model']!r} names unknown family {chip['family']!r}")
+
+    cann_keys = set()
+    for row in data["cann"]:
+        cann_keys.add(V(row["version"]).key)
+        for alias in row.get("aliases", []):
+            cann_keys.add(V(alias).key)
+
+    def need_cann(section, row, key, value):
+        if value is not None and V(value).key not in cann_keys:
+            fail(section, row, key, f"{section} row {row[schema.SECTIONS[section].key]!r} names CANN {value!r}, which is not in the matrix")
+
+    products = {V(r["product"]).key for r in data["torch_npu_releases"]}
+    for row in data["torch_npu"]:
+        need_cann("torch_npu", row, "cann", row.get("cann"))
+        if row.get("product") and V(row["product"]).key not in products:
+            fail("torch_npu", row, "product", f"torch_npu row {row['wheel']!r} names unknown TorchNPU release {row['product']!r}")
+    for row in data["mindspore"]:
+        need_cann("mindspore", row, "cann", row["cann"])
+    for row in data["mindspeed"]:
+        need_cann("mindspeed", row, "cann", row.get("cann"))
+    for row in data["llm_bundles"]:
+        for c in row.get("cann", []):
+            need_cann("llm_bundles", row, "cann", c)
+        for fam in row.get("families", []):
+            if fam.lower() not in families:
+                fail("llm_bundles", row, "families", f"bundle {row['id']!r} names unknown family {fam!r}")
+    chip_tags = {f["image_chip"] for f in data["families"] if f.get("image_chip")}
+    for row in data["images"]:
+        need_cann("images", row, "cann", row["cann"])
+        for tag in row["tags"]:
+            m = IMAGE_TAG.match(tag)
+            if not m:
+                fail("images", row, "tags", f"image tag {row['cann']}-{tag!r} is not <chip>-<os>-py<ver>[-devel]")
+            if m["chip"] not in chip_tags:
+                fail("images", row, "tags", f"image tag {row['cann']}-{tag} names unknown chip {m['chip']!r}")
+    for row in data["profiles"]:
+        schema.check_profile_constraints(merged["profiles"][_row_key("profiles", row["name"])])
+        card = row["constraints"].get("card")
+        if card and card.lower() not in names:
+            fail("profiles", row, "constraints", f"profile {row['name']!r} names unknown card {card!r}")
+        if row.get("fixed_by") and not any(p["name"] == row["fixed_by"] for p in data["profiles"]):
+            fail("profiles", row, "fixed_by", f"profile {row['name']!r}: fixed_by names unknown profile {row['fixed_by']!r}")
+    for key in ("training_fallback_cards",):
+        for card in data["policy"].get(key, []):
+            if card.lower() not in names:
+                raise MatrixError(f"policy: {key} names unknown card {card!r}")
+
+
+class Matrix:
+    """The loaded data with lookups the resolver and the other modules share."""
+
+    def __init__(self, data: dict, layers: list[str], fingerprint: str = ""):
+        self.data = data
+        self.layers = layers
+        self.fingerprint = fingerprint
+
+    def rows(self, section: str) -> list[dict]:
+        return self.data[section]
+
+    @property
+    def policy(self) -> dict:
+        return self.data["policy"]
+
+    @cached_property
+    def _names(self) -> dict[str, tuple[str, str]]:
+        out = {}
+        for card in self.data["cards"]:
+            for name in [card["id"], *card.get("aliases", [])]:
+                out[name.lower()] = ("card", card["id"])
+        for fam in self.data["families"]:
+            for alias in fam.get("aliases", []):
+                out.setdefault(alias.lower(), ("family", fam["id"]))
+        return out
+
+    def card_names(self) -> list[str]:
+        return sorted(c["id"] for c in self.data["cards"])
+
+    def lookup_card(self, name: str) -> tuple[dict, dict, str | None]:
+        """(card, family, family alias used) for a card id, alias or chip alias."""
+        hit = self._names.get(name.strip().lower())
+        if hit is None:
+            import difflib
+
+            close = difflib.get_close_matches(name.lower(), list(self._names), n=3, cutoff=0.6)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise MatrixError(f"unknown card {name!r}{hint} (known cards: {', '.join(self.card_names())})")
+        kind, ident = hit
+        if kind == "family":
+            fam = self.family(ident)
+            card = self.card(fam["reference_card"])
+            return card, fam, name
+        card = self.card(ident)
+        return card, self.family(card["family"]), None
+
+    def card(self, ident: str) -> dict:
+        return next(c for c in self.data["cards"] if c["id"].lower() == ident.lower())
+
+    def family(self, ident: str) -> dict:
+        return next(f for f in self.data["families"] if f["id"].lower() == ident.lower())
+
+    @cached_property
+    def _cann_index(self) -> dict:
+        out = {}
+        for row in self.data["cann"]:
+            out[V(row["version"]).key] = row
+            for alias in row.get("aliases", []):
+                out.setdefault(V(alias).key, row)
+        return out
+
+    def cann(self, version: str) -> dict | None:
+        try:
+            return self._cann_index.get(V(version).key)
+        except VersionError:
+            return None
+
+    @cached_property
+    def _images(self) -> dict:
+        """CANN version key -> list of image records."""
+        out: dict = {}
+        for row in self.data["images"]:
+            cann = self.cann(row["cann"])
+            for tag in row["tags"]:
+                m = IMAGE_TAG.match(tag)
+                out.setdefault(V(cann["version"]).key, []).append(
+                    {
+                        "tag": f"{row['cann']}-{tag}",
+                        "chip": m["chip"],
+                        "os": m["os"],
+                        "python": m["py"],
+                        "devel": bool(m["devel"]),
+                        "source": row["source"],
+                    }
+                )
+        return out
+
+    def images(self, cann_version: str, chip: str | None = None) -> list[dict]:
+        imgs = self._images.get(parse(cann_version).key, [])
+        return [i for i in imgs if chip is None or i["chip"] == chip]
+
+    def registries(self) -> list[dict]:
+        regs = self.data["registries"]
+        return sorted(regs, key=lambda r: not r.get("default"))
+
+    def torch_npu(self, wheel: str) -> dict | None:
+        try:
+            key = V(wheel).key
+        except VersionError:
+            return None
+        return next((r for r in self.data["torch_npu"] if V(r["wheel"]).key == key), None)
+
+    def release(self, product: str | None) -> dict | None:
+        if not product:
+            return None
+        key = V(product).key
+        return next((r for r in self.data["torch_npu_releases"] if V(r["product"]).key == key), None)
+
+    def torch_python(self, torch: str) -> str | None:
+        key = V(torch).key
+        row = next((r for r in self.data["torch"] if V(r["version"]).key == key), None)
+        return row["python"] if row else None
+
+    def torch_wheel_rule(self, arch: str) -> dict:
+        return next(r for r in self.data["torch_wheels"] if r["arch"] == arch)
+
+    def source_ref(self, src: str) -> str:
+        hit = next((s["ref"] for s in self.data["sources"] if s["id"] == src), None)
+        return hit or src
+
+    def profile(self, name: str) -> dict:
+        hit = next((p for p in self.data["profiles"] if p["name"].lower() == name.lower()), None)
+        if hit is None:
+            known = ", ".join(p["name"] for p in self.data["profiles"])
+            raise MatrixError(f"unknown profile {name!r} (known: {known})")
+        return hit
