@@ -1,0 +1,256 @@
+"""Turn a chosen candidate into the Stack: a plain, JSON-ready dict.
+
+Every choice carries a one-line reason in ``explain`` and the sources it rests
+on in ``sources``; ``id`` is a hash of the choices only (not of the prose), so
+an image tag stays the same when an explanation is reworded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from provisioner.resolve import Context, _bundles_for, _pyr, _v, driver_fit, hdk_row, hdk_summary, penalties
+
+SCHEMA = "provision.stack/1"
+
+
+def _refs(m, sources) -> list[str]:
+    return [m.source_ref(s) for s in (sources or [])]
+
+
+def _choice_reason(ctx: Context, cand: dict, field: str, requested: str | None, alternatives: list[str],
+                   default_reason: str) -> str:
+    if requested:
+        return f"{cand[field]}: as requested"
+    if len(alternatives) <= 1:
+        return f"{cand[field]}: {default_reason}"
+    others = [a for a in alternatives if a != cand[field]]
+    return f"{cand[field]}: {default_reason} (also possible: {', '.join(others)})"
+
+
+def _dtype(ctx: Context) -> tuple[dict, str | None]:
+    fam, req = ctx.family, ctx.req
+    note = None
+    if req.dtype == "fp32":
+        compute, scaling = "fp32", None
+        reason = "fp32 as requested (no mixed precision; slowest, most memory)"
+    elif req.dtype == "fp16" or not fam["bf16"]:
+        compute, scaling = "fp16", "dynamic" if req.task == "train" else None
+        if fam["bf16"]:
+            reason = "fp16 as requested, with dynamic loss scaling"
+            note = f"{fam['name']} supports bf16, which needs no loss scaling; fp16 kept as requested"
+        else:
+            reason = f"fp16{' with dynamic loss scaling' if scaling else ''}: {fam.get('bf16_note') or 'no bf16 on this chip'}"
+    else:
+        compute, scaling = "bf16", None
+        reason = f"bf16: {fam['name']} supports bf16 (torch_npu reports it from Ascend910B1 on); no loss scaling needed"
+    return {"compute": compute, "loss_scaling": scaling, "reason": reason}, note
+
+
+def make_stack(ctx: Context, cand: dict, via_alias: str | None) -> dict:
+    m, req, card, fam = ctx.m, ctx.req, ctx.card, ctx.family
+    base = ctx.base()
+    explain: dict[str, str] = {}
+    sources: dict[str, list[str]] = {}
+    warnings: list[str] = []
+    notes = list(penalties(ctx, cand))
+
+    explain["card"] = f"{card['id']}: {card['name']}, {fam['name']}" + (
+        f" (chip alias {via_alias!r} selects the family's reference card)" if via_alias else ""
+    )
+    sources["card"] = _refs(m, card.get("source"))
+    if card.get("unconfirmed"):
+        warnings.append(f"{card['id']}: not confirmed by a published specification: {', '.join(card['unconfirmed'])}")
+    explain["task"] = f"{req.task}: " + ("as requested" if req.task != m.policy.get("default_task") else "the default")
+    explain["arch"] = f"{req.arch}: " + ("this machine's architecture (use --arch to target another)"
+                                          if req.arch_from_host else "as requested")
+
+    same_stack = [c for c in base if c["cann"] == cand["cann"] and c.get("torch_npu") == cand.get("torch_npu")
+                  and c.get("mindspore") == cand.get("mindspore")]
+    cann_row = cand["cann_row"]
+
+    # framework parts
+    torch = torch_npu = mindspore = apex = None
+    extras: dict = {}
+    if cand["framework"] == "pytorch":
+        wheel = cand["wheel"]
+        rule = m.torch_wheel_rule(req.arch)
+        torch = {
+            "version": cand["torch"],
+            "requirement": rule["requirement"].format(torch=cand["torch"]),
+            "index_url": rule.get("index_url"),
+        }
+        explain["torch"] = (f"{cand['torch']}: as requested" if req.torch else
+                            f"{cand['torch']}: newest torch line with a clean stack for this card")
+        explain["torch_requirement"] = (
+            f"{torch['requirement']}" + (f" from {torch['index_url']}" if torch["index_url"] else " from PyPI")
+            + f": {req.arch} torch_npu wheels pin " + ("the +cpu build" if "+cpu" in torch["requirement"] else "plain torch")
+        )
+        sources["torch_requirement"] = _refs(m, rule.get("source"))
+        torch_npu = {
+            "version": wheel["wheel"],
+            "requirement": f"torch-npu=={wheel['wheel']}",
+            "product": wheel.get("product"),
+            "branch": wheel.get("branch"),
+            "released_with_cann": wheel["cann"],
+            "on_pypi": wheel["on_pypi"],
+        }
+        what = f"TorchNPU {wheel['product']}" + (f", branch {wheel['branch']}" if wheel.get("branch") else "")
+        explain["torch_npu"] = (f"{wheel['wheel']}: " + ("as requested; " if req.torch_npu else "")
+                                + f"the build of torch {wheel['torch']} released with CANN {wheel['cann']} ({what})"
+                                + ("" if wheel["on_pypi"] else "; not on PyPI"))
+        sources["torch_npu"] = _refs(m, wheel.get("source"))
+        if cand["paired"]:
+            cann_reason = f"torch_npu {wheel['wheel']} is released with it"
+        else:
+            rel = m.release(wheel.get("product")) or {}
+            cann_reason = (f"within TorchNPU {wheel.get('product')}'s compatible CANN range"
+                           f" ({', '.join(rel.get('cann_compatible', []))})")
+            sources["cann_range"] = _refs(m, rel.get("source"))
+        if "apex" in req.extras:
+            row = m.rows("apex")[0]
+            apex = {
+                "repo": row["repo"],
+                "ref": row["ref"],
+                "upstream_repo": row.get("upstream_repo"),
+                "upstream_commit": row.get("upstream_commit"),
+                "setuptools": row["setuptools_pin"],
+                "setuptools_max": row["setuptools_max"],
+            }
+            explain["apex"] = (f"Ascend Apex {row['ref']} built from source with setuptools=={row['setuptools_pin']}"
+                               f" (needs <= {row['setuptools_max']}; Python {row['python']} only)")
+            sources["apex"] = _refs(m, row.get("source"))
+        if "deepspeed" in req.extras:
+            row = next(r for r in m.rows("extras") if r["name"] == "deepspeed")
+            extras["deepspeed"] = {"requirement": row["requirement"]}
+            explain["deepspeed"] = f"{row['requirement']}: {row.get('notes', '').split(';')[0]}".strip()
+            sources["deepspeed"] = _refs(m, row.get("source"))
+        if "mindspeed-llm" in req.extras:
+            bundles = _bundles_for(ctx, cand)
+            bundle = max(bundles, key=lambda b: (b.get("status") != "preview",
+                                                 any(_v(c) == _v(cand["cann"]) for c in b.get("cann", [])),
+                                                 _v(b.get("release") or "0").key))
+            extras["mindspeed_llm"] = {
+                "set": bundle["id"],
+                "kind": bundle["kind"],
+                "release": bundle.get("release"),
+                "mindspeed": bundle["mindspeed_ref"],
+                "megatron": bundle["megatron_ref"],
+                "mindspeed_llm": bundle["mindspeed_llm_ref"],
+                "mindspeed_rl": bundle.get("mindspeed_rl_ref"),
+            }
+            explain["mindspeed_llm"] = (f"{bundle['id']}: MindSpeed {bundle['mindspeed_ref']}, Megatron-LM"
+                                        f" {bundle['megatron_ref']}, MindSpeed-LLM {bundle['mindspeed_llm_ref']}"
+                                        f" (released for torch {', '.join(bundle['torch'])}, Python {bundle['python']})")
+            sources["mindspeed_llm"] = _refs(m, bundle.get("source"))
+    else:
+        ms = cand["mindspore_row"]
+        mindspore = {"version": ms["version"], "requirement": f"mindspore=={ms['version']}", "on_pypi": ms["on_pypi"]}
+        explain["mindspore"] = (f"{ms['version']}: " + ("as requested; " if req.mindspore else "newest MindSpore with an image; ")
+                                + f"pairs with CANN {ms['cann']}" + ("" if ms["on_pypi"] else "; not on PyPI"))
+        sources["mindspore"] = _refs(m, ms.get("source"))
+        cann_reason = f"MindSpore {ms['version']} pairs with it"
+
+    explain["cann"] = f"{cand['cann']}: " + ("as requested; " if req.cann else "") + cann_reason
+    sources["cann"] = _refs(m, cann_row.get("source"))
+
+    pythons = sorted({c["python"] for c in same_stack if c["os"] == cand["os"]}, key=lambda p: _v(p).key)
+    explain["python"] = _choice_reason(ctx, cand, "python", req.python, pythons,
+                                       "the only Python every part supports with an official image"
+                                       if len(pythons) == 1 else "first in the preference order (the official images default to 3.11)")
+    oses = sorted({c["os"] for c in same_stack if c["python"] == cand["python"]})
+    explain["os"] = _choice_reason(ctx, cand, "os", req.os, oses, "first in the preference order"
+                                   if len(oses) > 1 else "the only OS with a matching official image")
+    if req.host_os:
+        explain["host_os"] = f"{req.host_os}: the host OS does not constrain the container OS"
+
+    # base image
+    img = cand["image"]
+    regs = m.registries()
+    if req.registry:
+        regs = sorted(regs, key=lambda r: r["id"] != req.registry)
+    if img["tag"]:
+        ref = f"{regs[0]['image']}:{img['tag']}"
+        base_image = {"ref": ref, "tag": img["tag"], "official": True,
+                      "mirrors": [f"{r['image']}:{img['tag']}" for r in regs[1:]]}
+        explain["base_image"] = f"{ref}: official CANN {cand['cann']} image for chip {ctx.chip}, {cand['os']}, Python {cand['python']}"
+        sources["base_image"] = _refs(m, img.get("source"))
+    else:
+        base_image = {"ref": req.base_image, "tag": None, "official": False, "mirrors": []}
+        explain["base_image"] = f"{req.base_image}: custom base image as requested (its CANN and Python are not checked)"
+        warnings.append(f"custom base image {req.base_image}: make sure it carries CANN {cand['cann']} and Python {cand['python']}")
+
+    hdk_src, inherited = hdk_row(m, cann_row)
+    driver = {"paired": list(hdk_src.get("hdk_paired", [])), "compatible": list(hdk_src.get("hdk_compatible", [])),
+              "summary": hdk_summary(hdk_src), "inherited_from": hdk_src["version"] if inherited else None}
+    explain["driver"] = f"the host's HDK driver must be {driver['summary']}"
+    if inherited:
+        explain["driver"] += f" (no pairing is published for CANN {cand['cann']}; CANN {hdk_src['version']}'s applies as a floor)"
+    if req.driver:
+        fit = driver_fit(req.driver, cann_row, m)
+        driver["host"] = req.driver
+        driver["fit"] = fit
+        explain["driver"] += f"; driver {req.driver}: {fit}"
+
+    dtype, dtype_note = _dtype(ctx)
+    explain["dtype"] = dtype["reason"]
+    sources["dtype"] = _refs(m, fam.get("source"))
+    if dtype_note:
+        notes.append(dtype_note)
+    if cann_row.get("notes") and "disagree" in cann_row["notes"]:
+        notes.append(f"CANN {cann_row['version']}: {cann_row['notes']}")
+    if cand["framework"] == "pytorch" and cand["wheel"].get("python") and cand["python"] not in _pyr(cand["wheel"]["python"]):
+        warnings.append("python outside the wheel's range")  # cannot happen: candidates are filtered
+
+    stack = {
+        "schema": SCHEMA,
+        "card": {
+            "id": card["id"],
+            "name": card["name"],
+            "form": card["form"],
+            "chips_per_card": card.get("chips_per_card"),
+            "chips_per_server": card.get("chips_per_server"),
+        },
+        "chip": {
+            "family": fam["id"],
+            "name": fam["name"],
+            "image_chip": ctx.chip,
+            "device_family": fam["device_family"],
+            "k8s_resource": fam.get("k8s_resource"),
+            "training": fam["training"] and card.get("training", True) is not False,
+            "bf16": fam["bf16"],
+        },
+        "task": req.task,
+        "arch": req.arch,
+        "os": cand["os"],
+        "python": cand["python"],
+        "framework": cand["framework"],
+        "cann": {"version": cand["cann"], "status": cann_row["status"]},
+        "base_image": base_image,
+        "driver": driver,
+        "torch": torch,
+        "torch_npu": torch_npu,
+        "mindspore": mindspore,
+        "apex": apex,
+        "extras": extras,
+        "dtype": {"compute": dtype["compute"], "loss_scaling": dtype["loss_scaling"]},
+        "profile": req.profile,
+        "request": req.to_dict(),
+    }
+    stack["id"] = stack_id(stack)
+    stack["explain"] = explain
+    stack["warnings"] = warnings + notes
+    stack["sources"] = sources
+    return stack
+
+
+_HASHED = ("card", "chip", "task", "arch", "os", "python", "framework", "cann", "base_image", "torch", "torch_npu",
+           "mindspore", "apex", "extras", "dtype")
+
+
+def stack_id(stack: dict) -> str:
+    """Hash of the choices (not the explanations): names images deterministically."""
+    body = {k: stack.get(k) for k in _HASHED}
+    blob = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
