@@ -1,9 +1,216 @@
-"""`provision matrix` and `provision resolve`."""
+"""`provision resolve` and `provision matrix`."""
 
 from __future__ import annotations
 
 import click
 
+from provisioner.cli.common import emit_json, json_option, matrix_option, pop_resolve, resolve_options, table
+from provisioner.errors import ResolveError
+
+RESOLVE_SCHEMA = "provision.resolve/1"
+
 
 def register(group: click.Group) -> None:
-    pass
+    group.add_command(resolve_cmd)
+    group.add_command(matrix_cmd)
+
+
+@click.command("resolve")
+@resolve_options
+@json_option
+def resolve_cmd(overlays, as_json, **kwargs):
+    """Resolve a card and constraints into one consistent stack, explaining every choice.
+
+    Impossible requests are refused (exit code 2) with the reasons and the
+    nearest valid stacks.
+    """
+    from provisioner.cli.common import resolve_stack
+
+    options = pop_resolve(kwargs)
+    try:
+        m, stack = resolve_stack(overlays, options)
+    except ResolveError as exc:
+        return _refused(exc, options, as_json)
+    if as_json:
+        emit_json({"schema": RESOLVE_SCHEMA, "status": "ok", "stack": stack})
+    else:
+        click.echo(format_stack(stack))
+    return 0
+
+
+def _refused(exc: ResolveError, options: dict, as_json: bool) -> int:
+    known_good = None
+    if options.get("profile"):
+        known_good = _fixed_by(options)
+    if as_json:
+        emit_json({
+            "schema": RESOLVE_SCHEMA,
+            "status": "refused",
+            "reasons": exc.reasons,
+            "alternatives": exc.alternatives,
+            "known_good": known_good,
+        })
+        return 2
+    click.echo(f"provision: refused: {exc.reasons[0]}", err=True)
+    for reason in exc.reasons[1:]:
+        click.echo(f"  - {reason}", err=True)
+    if known_good:
+        click.echo(f"\nKnown-good fix for this report: profile {known_good['profile']}", err=True)
+        click.echo(_indent(format_stack(known_good)), err=True)
+    if exc.alternatives:
+        click.echo("\nNearest valid stacks:", err=True)
+        for n, alt in enumerate(exc.alternatives, 1):
+            click.echo(f"  {n}. {relaxed_label(alt)}: {summary(alt)}", err=True)
+    return 2
+
+
+def relaxed_label(alt: dict) -> str:
+    dropped = [f for f in alt["relaxed"] if not f.startswith("--card ")]
+    moved = [f for f in alt["relaxed"] if f.startswith("--card ")]
+    parts = []
+    if moved:
+        parts.append(f"on {alt['card']['id']} instead of {moved[0]}")
+    if dropped:
+        parts.append(f"without {', '.join(dropped)}")
+    return "; ".join(parts)
+
+
+def _fixed_by(options: dict) -> dict | None:
+    from provisioner import matrix, request, resolve
+
+    m = matrix.load()
+    prof = m.profile(options["profile"])
+    if not prof.get("fixed_by"):
+        return None
+    req = request.build(m, profile=prof["fixed_by"], arch=options.get("arch"))
+    try:
+        return resolve.resolve(m, req)
+    except ResolveError:
+        return None
+
+
+def summary(stack: dict) -> str:
+    parts = [stack["card"]["id"], f"CANN {stack['cann']['version']}"]
+    if stack.get("torch"):
+        parts.append(f"torch {stack['torch']['version']} + torch_npu {stack['torch_npu']['version']}")
+    if stack.get("mindspore"):
+        parts.append(f"MindSpore {stack['mindspore']['version']}")
+    parts.append(f"Python {stack['python']}")
+    if stack.get("apex"):
+        parts.append("Apex")
+    for name in stack.get("extras", {}):
+        parts.append(name.replace("_", "-"))
+    parts.append(stack["dtype"]["compute"])
+    return ", ".join(parts) + f" ({stack['base_image']['ref']})"
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.splitlines())
+
+
+_ORDER = ["card", "task", "arch", "base_image", "cann", "driver", "os", "python", "torch", "torch_requirement",
+          "torch_npu", "mindspore", "apex", "deepspeed", "mindspeed_llm", "dtype", "host_os"]
+
+
+def format_stack(stack: dict) -> str:
+    head = f"stack {stack['id']}" + (f" (profile {stack['profile']})" if stack.get("profile") else "")
+    lines = [head]
+    explain = stack["explain"]
+    for key in _ORDER + [k for k in explain if k not in _ORDER]:
+        if key in explain:
+            lines.append(f"  {key.replace('_', ' '):<18} {explain[key]}")
+    installs = []
+    if stack.get("torch"):
+        t = stack["torch"]
+        installs.append(f"pip install {t['requirement']}" + (f" --index-url {t['index_url']}" if t["index_url"] else ""))
+        installs.append(f"pip install {stack['torch_npu']['requirement']}")
+    if stack.get("mindspore"):
+        installs.append(f"pip install {stack['mindspore']['requirement']}")
+    if installs:
+        lines.append("  install            " + "; ".join(installs))
+    for warning in stack.get("warnings", []):
+        lines.append(f"  ! {warning}")
+    return "\n".join(lines)
+
+
+SECTION_COLUMNS = {
+    "cards": ["id", "name", "family", "form", "chips_per_card", "chips_per_server", "training"],
+    "families": ["id", "name", "training", "bf16", "device_family", "image_chip", "k8s_resource"],
+    "chips": ["model", "family", "npu_smi_names", "hbm_mb"],
+    "cann": ["version", "status", "hdk_paired", "hdk_compatible", "python"],
+    "hdk": ["version", "firmware", "compatible_firmware"],
+    "torch_npu": ["wheel", "torch", "product", "cann", "python", "on_pypi", "in_table"],
+    "torch_npu_releases": ["product", "date", "cann_compatible"],
+    "mindspore": ["version", "cann", "hdk", "python", "on_pypi"],
+    "llm_bundles": ["id", "mindspeed_ref", "megatron_ref", "mindspeed_llm_ref", "torch", "cann", "python"],
+    "mindspeed": ["branch", "megatron", "torch", "torch_npu_product", "cann", "python"],
+    "images": ["cann", "tags"],
+    "profiles": ["name", "kind", "description"],
+    "apex": ["id", "ref", "setuptools_pin", "python", "torch_confirmed"],
+    "extras": ["name", "requirement"],
+}
+
+
+@click.command("matrix")
+@click.option("--card", help="Show only what applies to this card's chip family.")
+@click.option("--section", "sections", multiple=True, help="Show only these sections (cards, cann, torch_npu, ...).")
+@matrix_option
+@json_option
+def matrix_cmd(card, sections, overlays, as_json):
+    """Show the compatibility matrix rows (a table, or JSON with --json)."""
+    from provisioner import matrix as matrix_mod
+
+    m = matrix_mod.load(list(overlays))
+    data = {k: v for k, v in m.data.items() if k != "policy"}
+    family = None
+    if card:
+        card_row, family, _ = m.lookup_card(card)
+        data = _for_family(m, data, family)
+    if sections:
+        unknown = [s for s in sections if s not in data]
+        if unknown:
+            raise click.UsageError(f"unknown section {unknown[0]!r} (known: {', '.join(sorted(data))})")
+        data = {k: data[k] for k in sections}
+    if as_json:
+        emit_json({"schema": "provision.matrix/1", "layers": m.layers, "family": family and family["id"],
+                   "sections": data, "policy": m.policy})
+        return 0
+    default = ["cards", "cann", "torch_npu"] if not sections else list(data)
+    for name in default:
+        rows = data.get(name, [])
+        cols = SECTION_COLUMNS.get(name) or sorted({k for r in rows for k in r if not k.startswith("_")})[:6]
+        click.echo(f"\n{name} ({len(rows)} rows)")
+        click.echo(table([[_cell(r.get(c)) for c in cols] for r in rows], cols))
+    click.echo(f"\nlayers: {', '.join(m.layers)}; every row cites its source (use --json to see them)")
+    return 0
+
+
+def _cell(value) -> str:
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return "" if value is None else str(value)
+
+
+def _for_family(m, data: dict, family: dict) -> dict:
+    fid = family["id"]
+    chip = family.get("image_chip")
+    out = dict(data)
+    out["families"] = [family]
+    out["cards"] = [c for c in data["cards"] if c["family"] == fid]
+    out["chips"] = [c for c in data["chips"] if c["family"] == fid]
+    imgs = []
+    for row in data["images"]:
+        tags = [t for t in row["tags"] if chip and t.startswith(f"{chip}-")]
+        if tags:
+            imgs.append({**row, "tags": tags})
+    out["images"] = imgs
+    with_image = {m.cann(r["cann"])["version"] for r in imgs}
+    out["cann"] = [r for r in data["cann"] if r["version"] in with_image]
+    out["torch_npu"] = [r for r in data["torch_npu"] if r.get("cann") in with_image or not r.get("cann")]
+    out["mindspore"] = [r for r in data["mindspore"] if m.cann(r["cann"])["version"] in with_image]
+    out["llm_bundles"] = [b for b in data["llm_bundles"] if not b.get("families") or fid in b["families"]]
+    out["profiles"] = [p for p in data["profiles"]
+                       if p["constraints"].get("card") and m.lookup_card(p["constraints"]["card"])[1]["id"] == fid]
+    return out
