@@ -1,0 +1,27 @@
+"""Shared fixtures. Area-specific ones live in tests/<area>/conftest.py."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.helpers import hosts
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory, monkeypatch):
+    # Each test session gets its own matrix/resolve cache, never the user's.
+    monkeypatch.setenv("PROVISION_CACHE", str(tmp_path_factory.getbasetemp() / "provision-cache"))
+
+
+@pytest.fixture
+def fake_host(tmp_path):
+    """fake_host(name, null_numbers=False) -> FakeHost with root/ and dev/ under tmp_path."""
+    if os.geteuid() != 0:
+        pytest.fail("fake hosts need root to mknod device nodes")
+
+    def make(name: str, null_numbers: bool = False) -> hosts.FakeHost:
+        return hosts.materialize(name, tmp_path, null_numbers=null_numbers)
+
+    return make
