@@ -114,8 +114,8 @@ def _pytorch(ctx: Context):
     m = ctx.m
     canns = [(c, ctx.images(c), [_v(a) for a in [c["version"], *c.get("aliases", [])]]) for c in ctx.cann_rows()]
     for wheel in m.rows("torch_npu"):
-        if not wheel.get("cann"):
-            continue  # no published CANN pairing: never chosen automatically
+        if not wheel.get("cann") or not wheel["on_pypi"]:
+            continue  # no published CANN pairing, or pip cannot fetch it: never part of a stack
         release = m.release(wheel.get("product"))
         compat = (release or {}).get("cann_compatible", [])
         wheel_py = wheel.get("python") or m.torch_python(wheel["torch"])
@@ -139,10 +139,6 @@ def _pytorch(ctx: Context):
                     soft.append(f"torch_npu {wheel['wheel']}: {wheel.get('notes', 'patch build')}")
                 elif not wheel.get("in_table", True):
                     soft.append(f"torch_npu {wheel['wheel']} is in no official compatibility table")
-                if not wheel["on_pypi"]:
-                    soft.append(
-                        f"torch_npu {wheel['wheel']} is not on PyPI; it must come from the Ascend/pytorch release assets"
-                    )
                 if not cann.get("hdk_paired") and not cann.get("hdk_compatible"):
                     soft.append(f"no HDK driver pairing is published for CANN {cann['version']}")
                 yield {
@@ -397,6 +393,10 @@ def _alone_reason(ctx: Context, con: Constraint) -> str:
         if not row.get("cann"):
             why = f" ({row['notes']})" if row.get("notes") else ""
             return f"torch_npu {req.torch_npu} is on PyPI but has no published CANN pairing{why}{hint}"
+        if not row["on_pypi"]:
+            return (f"torch_npu {req.torch_npu} (released with CANN {row['cann']}) is not on PyPI: it exists only as a"
+                    f" release asset of Ascend/pytorch on gitee/gitcode, so pip cannot install it{hint or '; no build of torch ' + prefix + ' is on PyPI'}"
+                    " (if you mirror it into your own index, an overlay row with on_pypi: true makes it usable)")
         return f"torch_npu {req.torch_npu} (released with CANN {row['cann']}) has no official base image for chip {chip} with a Python it supports"
     if con.name == "cann":
         row = m.cann(req.cann)
@@ -414,8 +414,12 @@ def _alone_reason(ctx: Context, con: Constraint) -> str:
         if not wheels:
             lines = sort_versions({r["torch"] for r in m.rows("torch_npu") if r.get("cann")})
             return f"torch {req.torch} has no torch_npu build with a published CANN pairing (torch lines: {', '.join(lines)})"
-        return (f"torch {req.torch}'s torch_npu builds ({span(r['wheel'] for r in wheels)}) need CANN"
-                f" {span(r['cann'] for r in wheels)}, none of which has an official image for chip {chip}")
+        pypi = [r for r in wheels if r["on_pypi"]]
+        if not pypi:
+            return (f"no torch_npu build for torch {req.torch} is on PyPI ({span(r['wheel'] for r in wheels)} exist only"
+                    " as release assets of Ascend/pytorch on gitee/gitcode)")
+        return (f"torch {req.torch}'s torch_npu builds on PyPI ({span(r['wheel'] for r in pypi)}) need CANN"
+                f" {span(r['cann'] for r in pypi)}, none of which has an official image for chip {chip}")
     if con.name == "mindspore":
         known = [r["version"] for r in m.rows("mindspore")]
         if not any(_same(k, req.mindspore) for k in known):

@@ -34,8 +34,7 @@ def _text(value, name):
 def _float_hint(value, name):
     if isinstance(value, (float, int)) and not isinstance(value, bool):
         return (
-            f"{name} must be a quoted version string: YAML reads {value!r} as a number"
-            " (quote it; 3.10 unquoted becomes 3.1)"
+            f"{name} must be a quoted version string: YAML reads {value!r} as a number (put it in quotes)"
         )
     return f"{name} must be a version string, got {value!r}"
 

@@ -96,10 +96,11 @@ def make_stack(ctx: Context, cand: dict, via_alias: str | None) -> dict:
             "released_with_cann": wheel["cann"],
             "on_pypi": wheel["on_pypi"],
         }
-        what = f"TorchNPU {wheel['product']}" + (f", branch {wheel['branch']}" if wheel.get("branch") else "")
+        what = ", ".join(x for x in (wheel.get("product") and f"TorchNPU {wheel['product']}",
+                                     wheel.get("branch") and f"branch {wheel['branch']}") if x)
         explain["torch_npu"] = (f"{wheel['wheel']}: " + ("as requested; " if req.torch_npu else "")
-                                + f"the build of torch {wheel['torch']} released with CANN {wheel['cann']} ({what})"
-                                + ("" if wheel["on_pypi"] else "; not on PyPI"))
+                                + f"the build of torch {wheel['torch']} released with CANN {wheel['cann']}"
+                                + (f" ({what})" if what else ""))
         sources["torch_npu"] = _refs(m, wheel.get("source"))
         if cand["paired"]:
             cann_reason = f"torch_npu {wheel['wheel']} is released with it"
@@ -158,7 +159,7 @@ def make_stack(ctx: Context, cand: dict, via_alias: str | None) -> dict:
     pythons = sorted({c["python"] for c in same_stack if c["os"] == cand["os"]}, key=lambda p: _v(p).key)
     explain["python"] = _choice_reason(ctx, cand, "python", req.python, pythons,
                                        "the only Python every part supports with an official image"
-                                       if len(pythons) == 1 else "first in the preference order (the official images default to 3.11)")
+                                       if len(pythons) == 1 else f"first in the preference order (the official images default to {m.policy['python_preference'][0]})")
     oses = sorted({c["os"] for c in same_stack if c["python"] == cand["python"]})
     explain["os"] = _choice_reason(ctx, cand, "os", req.os, oses, "first in the preference order"
                                    if len(oses) > 1 else "the only OS with a matching official image")

@@ -174,7 +174,8 @@ class Spec:
                     "<=": lambda v: v <= bound,
                     "==": lambda v: v == bound,
                     ">": lambda v: v > bound,
-                    "<": lambda v: v < bound,
+                    # As in PEP 440: "<25" excludes 25.0.rc1, a pre-release of 25 itself.
+                    "<": lambda v: v < bound and not (bound.is_final and v.key[0] == bound.key[0]),
                 }[op]
         bound, wild = self._bound(term)
         if wild:

@@ -1,0 +1,203 @@
+import pytest
+
+from provisioner import matrix, request, resolve
+from provisioner.errors import ProvisionError, ResolveError
+
+
+@pytest.fixture(scope="module")
+def m():
+    return matrix.load(use_cache=False)
+
+
+def stack(m, **kw):
+    kw.setdefault("arch", "x86_64")
+    return resolve.resolve(m, request.build(m, **kw))
+
+
+def refused(m, **kw) -> ResolveError:
+    kw.setdefault("arch", "x86_64")
+    with pytest.raises(ResolveError) as err:
+        resolve.resolve(m, request.build(m, **kw))
+    return err.value
+
+
+def test_newest_stack_for_300t_a2(m):
+    s = stack(m, card="300T-A2")
+    assert s["torch"]["version"] == "2.12.0" and s["torch_npu"]["version"] == "2.12.0"
+    assert s["cann"]["version"] == "9.1.0" and s["python"] == "3.12"
+    assert s["base_image"]["ref"] == "quay.io/ascend/cann:9.1.0-910b-ubuntu22.04-py3.12"
+    assert s["base_image"]["mirrors"] == ["ascendai/cann:9.1.0-910b-ubuntu22.04-py3.12"]
+    assert s["dtype"] == {"compute": "bf16", "loss_scaling": None}
+    assert s["driver"]["paired"] == ["26.1.0"]
+
+
+def test_every_choice_has_a_reason(m):
+    s = stack(m, card="800T-A2", extras=["apex", "deepspeed"])
+    for key in ["card", "arch", "base_image", "cann", "driver", "os", "python", "torch", "torch_npu", "apex",
+                "deepspeed", "dtype", "torch_requirement"]:
+        assert s["explain"].get(key), key
+    assert s["sources"]["torch_npu"] and s["sources"]["cann"]
+
+
+def test_wheel_rules_per_architecture(m):
+    x86 = stack(m, card="300T-A2", torch="2.5.1")
+    arm = stack(m, card="300T-A2", torch="2.5.1", arch="aarch64")
+    assert x86["torch"]["requirement"] == "torch==2.5.1+cpu"
+    assert x86["torch"]["index_url"] == "https://download.pytorch.org/whl/cpu"
+    assert arm["torch"]["requirement"] == "torch==2.5.1" and arm["torch"]["index_url"] is None
+    assert x86["id"] != arm["id"]
+
+
+def test_first_generation_910_gets_fp16_with_loss_scaling(m):
+    s = stack(m, card="800-9000")
+    assert s["dtype"] == {"compute": "fp16", "loss_scaling": "dynamic"}
+    assert s["base_image"]["tag"].split("-")[1] == "910"
+
+
+def test_apex_pins_setuptools_and_python(m):
+    s = stack(m, card="800T-A2", extras=["apex"])
+    assert s["apex"]["setuptools"] == "65.7.0" and s["python"] == "3.10"
+    assert not [w for w in s["warnings"] if "Apex" in w]  # a confirmed torch is preferred
+
+
+def test_same_request_same_id(m):
+    assert stack(m, card="300T-A2")["id"] == stack(m, card="300t-a2")["id"]
+
+
+# --- refusals named in the issue ---------------------------------------------------------------
+
+def test_training_on_ascend_310_is_refused_with_a_training_card(m):
+    err = refused(m, card="300I")
+    assert "cannot train" in err.reasons[0] and "inference" in err.reasons[0]
+    assert err.alternatives and err.alternatives[0]["card"]["id"] == "800T-A2"
+
+
+def test_inference_card_used_for_inference_is_fine(m):
+    s = stack(m, card="300I-Pro", task="inference")
+    assert s["chip"]["family"] == "310p" and s["dtype"]["compute"] == "fp16" and s["dtype"]["loss_scaling"] is None
+
+
+def test_bf16_on_first_generation_910(m):
+    err = refused(m, card="800-9000", dtype="bf16")
+    assert "has no bf16" in err.reasons[0]
+    assert err.alternatives[0]["dtype"]["compute"] == "fp16"
+
+
+def test_torch_2_1_with_cann_9_1(m):
+    err = refused(m, card="800T-A2", torch="2.1.0", cann="9.1.0")
+    assert "--cann 9.1.0 conflicts with --torch 2.1.0" in err.reasons[0]
+    assert "8.3.RC1" in err.reasons[0]
+    fixes = {tuple(a["relaxed"]): a for a in err.alternatives}
+    assert fixes[("--cann 9.1.0",)]["torch_npu"]["version"] == "2.1.0.post17"
+    assert fixes[("--torch 2.1.0",)]["cann"]["version"] == "9.1.0"
+
+
+def test_apex_with_python_3_11(m):
+    err = refused(m, card="800T-A2", extras=["apex"], python="3.11")
+    assert "Apex builds only for Python 3.7-3.10" in err.reasons[0]
+    assert err.alternatives[0]["python"] == "3.10"
+
+
+@pytest.mark.parametrize("wheel, phrase", [
+    ("2.1.0.post1", "neither on PyPI nor in the official compatibility table"),
+    ("2.2.0", "not on PyPI"),
+    ("2.5.1rc1", "no published CANN pairing"),
+])
+def test_torch_npu_versions_pip_cannot_install(m, wheel, phrase):
+    err = refused(m, card="800T-A2", torch_npu=wheel)
+    assert phrase in err.reasons[0]
+
+
+def test_old_driver_with_cann_8_5(m):
+    err = refused(m, card="800T-A2", driver="23.0.3", cann="8.5.0")
+    assert "driver 23.0.3 is too old" in err.reasons[0]
+    assert err.alternatives[0]["relaxed"] == ["--driver 23.0.3"]
+    assert err.alternatives[0]["cann"]["version"] == "8.5.0"
+
+
+def test_driver_picks_a_cann_it_supports(m):
+    s = stack(m, card="800T-A2", driver="24.1.rc2")
+    assert s["cann"]["version"] in ("8.0.RC3", "8.0.0", "8.1.RC1", "8.2.RC1", "8.3.RC1")
+    assert s["driver"]["fit"] == "ok"
+
+
+def test_unlisted_newer_driver_warns(m):
+    s = stack(m, card="800T-A2", driver="27.0.0", cann="8.5.0")
+    assert any("newer than any HDK" in w for w in s["warnings"])
+
+
+def test_unknown_extra_and_framework_mixups_are_input_errors(m):
+    with pytest.raises(ProvisionError, match="unknown --with"):
+        request.build(m, card="800T-A2", extras=["flash"])
+    with pytest.raises(ProvisionError, match="do not apply to --framework mindspore"):
+        request.build(m, card="800T-A2", framework="mindspore", torch="2.5.1")
+
+
+# --- profiles -----------------------------------------------------------------------------------
+
+KNOWN_GOOD = ["mindspeed-rl-2.0.0-grpo", "mindspore-2.7.1-a2", "a2-torch2.1-lora-deepspeed",
+              "mindspeed-llm-2.3.0-a2", "llamafactory-a2-cann9.0", "a3-torch2.12-cann9.1"]
+
+
+@pytest.mark.parametrize("name", KNOWN_GOOD)
+def test_known_good_profiles_reproduce(m, name):
+    prof = m.profile(name)
+    s = stack(m, profile=name)
+    got = {
+        "cann": s["cann"]["version"],
+        "torch_npu": s["torch_npu"] and s["torch_npu"]["version"],
+        "mindspore": s["mindspore"] and s["mindspore"]["version"],
+        "python": s["python"],
+        "image_tag": s["base_image"]["tag"],
+    }
+    for key, want in prof["expect"].items():
+        assert got[key] == want, (name, key)
+    assert not [w for w in s["warnings"] if "conflict" in w]
+
+
+def test_every_known_good_profile_is_tested(m):
+    assert sorted(p["name"] for p in m.rows("profiles") if p["kind"] == "known-good") == sorted(KNOWN_GOOD)
+
+
+def _core(s):
+    return (s["card"]["id"], s["cann"]["version"], s["python"],
+            s["torch_npu"] and s["torch_npu"]["version"], s["mindspore"] and s["mindspore"]["version"],
+            bool(s["apex"]), sorted(s["extras"]))
+
+
+@pytest.mark.parametrize("report, must_say", [
+    ("seed-310-grpo", ["cannot train", "2.5.1rc1", "--cann 8.3.RC2 conflicts with --torch 2.5.1"]),
+    ("seed-800ta2-mindspore-sft", ["MindSpore 2.3.0 pairs with CANN 8.0.RC2", "pairs with MindSpore 2.7.1"]),
+    ("seed-300ta2-kylin-lora", ["2.1.0.post1 is neither on PyPI nor in the official compatibility table"]),
+])
+def test_field_reports_are_refused_and_corrected(m, report, must_say):
+    err = refused(m, profile=report)
+    text = " | ".join(err.reasons)
+    for phrase in must_say:
+        assert phrase in text
+    fixed = stack(m, profile=m.profile(report)["fixed_by"])
+    assert _core(err.alternatives[0]) == _core(fixed)
+
+
+def test_seed_grpo_on_the_right_hardware_is_the_mindspeed_rl_set(m):
+    s = stack(m, profile="mindspeed-rl-2.0.0-grpo")
+    ms = s["extras"]["mindspeed_llm"]
+    assert ms["mindspeed"] == "0dfa0035ec54d9a74b2f6ee2867367df897299df"
+    assert ms["megatron"] == "core_r0.8.0" and ms["mindspeed_llm"] == "421ef7bcb83fb31844a1efb688cde71705c0526e"
+    assert s["apex"] and s["torch"]["version"] == "2.5.1"
+
+
+def test_profile_options_are_overridden_by_flags(m):
+    s = stack(m, profile="llamafactory-a2-cann9.0", card="800T-A3")
+    assert s["card"]["id"] == "800T-A3" and s["base_image"]["tag"].startswith("9.0.0-a3-")
+
+
+def test_overlay_makes_the_0day_torch_resolvable(m, tmp_path):
+    with pytest.raises(ResolveError):
+        stack(m, card="300T-A2", torch="2.13.0")
+    path = tmp_path / "o.yaml"
+    path.write_text('torch_npu:\n  - wheel: "2.13.0"\n    cann: 9.1.0\n    source: local test\n')
+    m2 = matrix.load([path], use_cache=False)
+    s = stack(m2, card="300T-A2", torch="2.13.0", base_image="local/debian:bookworm")
+    assert s["torch_npu"]["version"] == "2.13.0" and s["python"] == "3.11"
+    assert s["base_image"] == {"ref": "local/debian:bookworm", "tag": None, "official": False, "mirrors": []}
