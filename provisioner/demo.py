@@ -12,11 +12,8 @@ import sys
 
 from provisioner.cli import main as cli
 
-SEEDS = [
-    ("Seed A: 4x Ascend 310 box running GRPO with MindSpeed (as reported)", "seed-310-grpo"),
-    ("Seed B: Atlas 800T A2, MindSpore 2.3.0 on a CANN 8.3.RC1 image (as reported)", "seed-800ta2-mindspore-sft"),
-    ("Seed C: Atlas 300T A2 on Kylin V10, torch_npu 2.1.0.post1 (as reported)", "seed-300ta2-kylin-lora"),
-]
+# The users' three field reports (profiles in matrices/profiles.yaml).
+SEEDS = ["seed-310-grpo", "seed-800ta2-mindspore-sft", "seed-300ta2-kylin-lora"]
 
 
 def step(title: str, args: list[str], expect: tuple[int, ...] = (0,)) -> int:
@@ -31,16 +28,15 @@ def step(title: str, args: list[str], expect: tuple[int, ...] = (0,)) -> int:
 
 def resolve_steps() -> None:
     step("The newest consistent stack for an Atlas 300T A2", ["resolve", "--card", "300T-A2"])
-    for title, profile in SEEDS:
-        step(title, ["resolve", "--profile", profile], expect=(2,))
-        fixed = _fixed_by(profile)
-        step(f"{title.split(':')[0]}: the corrected stack ({fixed})", ["resolve", "--profile", fixed])
-
-
-def _fixed_by(profile: str) -> str:
     from provisioner import matrix
 
-    return matrix.load().profile(profile)["fixed_by"]
+    m = matrix.load()
+    for n, name in enumerate(SEEDS):
+        seed = m.profile(name)
+        label = f"Seed {chr(ord('A') + n)}"
+        step(f"{label}: {seed['description']}", ["resolve", "--profile", name], expect=(2,))
+        fixed = m.profile(seed["fixed_by"])
+        step(f"{label}, corrected: {fixed['description']}", ["resolve", "--profile", fixed["name"]])
 
 
 def main() -> int:

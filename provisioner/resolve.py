@@ -13,9 +13,9 @@ of constraints whose removal gives a stack are offered as alternatives.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Callable
 
 from provisioner.errors import ResolveError
 from provisioner.request import Request
@@ -498,11 +498,11 @@ def explain_failure(ctx: Context, cons: list[Constraint], masks: dict[str, list[
             reasons.append(_alone_reason(ctx, c))
     good = [c for c in cons if c.name not in alone_bad]
     for a, b in itertools.combinations(good, 2):
-        both = [x and y for x, y in zip(masks[a.name], masks[b.name])]
+        both = [x and y for x, y in zip(masks[a.name], masks[b.name], strict=True)]
         if any(both):
             continue
-        only_a = [c for c, ok in zip(base, masks[a.name]) if ok]
-        only_b = [c for c, ok in zip(base, masks[b.name]) if ok]
+        only_a = [c for c, ok in zip(base, masks[a.name], strict=True) if ok]
+        only_b = [c for c, ok in zip(base, masks[b.name], strict=True) if ok]
         parts = [p for p in (_describe(ctx, a, only_a, b.dim), _describe(ctx, b, only_b, a.dim)) if p]
         reasons.append(f"{a.flag} conflicts with {b.flag}: {'; '.join(parts)}")
     if not reasons and good:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from provisioner.errors import MatrixError
-from provisioner.versions import PyRange, Spec, VersionError, V
+from provisioner.versions import PyRange, Spec, V, VersionError
 from provisioner.yamlio import Node
 
 # --- field checkers: each returns the normalised value or raises ValueError ---

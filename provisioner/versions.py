@@ -168,14 +168,15 @@ class Spec:
                 if wild and op != "==":
                     raise VersionError(f"'.*' only with '==' or alone: {term!r}")
                 if op == "==" and wild:
-                    return lambda v: _prefix_match(v, bound)
+                    return lambda v, b=bound: _prefix_match(v, b)
+                b = bound
                 return {
-                    ">=": lambda v: v >= bound,
-                    "<=": lambda v: v <= bound,
-                    "==": lambda v: v == bound,
-                    ">": lambda v: v > bound,
+                    ">=": lambda v, b=b: v >= b,
+                    "<=": lambda v, b=b: v <= b,
+                    "==": lambda v, b=b: v == b,
+                    ">": lambda v, b=b: v > b,
                     # As in PEP 440: "<25" excludes 25.0.rc1, a pre-release of 25 itself.
-                    "<": lambda v: v < bound and not (bound.is_final and v.key[0] == bound.key[0]),
+                    "<": lambda v, b=b: v < b and not (b.is_final and v.key[0] == b.key[0]),
                 }[op]
         bound, wild = self._bound(term)
         if wild:

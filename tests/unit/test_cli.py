@@ -67,9 +67,9 @@ PROBE = (
     "import sys, json\n"
     "from provisioner.cli import main\n"
     "code = main(sys.argv[1:])\n"
-    "heavy = sorted({m.split('.')[0] for m in sys.modules} & set(%r))\n"
+    f"heavy = sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r}))\n"
     "print(json.dumps(heavy), file=sys.stderr)\n"
-) % (HEAVY,)
+)
 
 
 @pytest.mark.parametrize("args", [["--help"], ["resolve", "--card", "300T-A2", "--json"]])
