@@ -322,6 +322,12 @@ SECTIONS: dict[str, Section] = {
         {"python": opt(PY), "torch": opt(SPECS), "families": list_of(STR), **NOTES},
         doc="optional packages --with adds (deepspeed, ...)",
     ),
+    "packages": Section(
+        "id",
+        {"id": STR, "python": PY, "resolved_with": list_of(STR), "pins": MAP, "lock": list_of(STR)},
+        {"torch": opt(SPECS), "mindspore": opt(SPECS), "extras": opt(MAP), **NOTES},
+        doc="complete package locks an image installs beside torch/torch_npu or MindSpore (checked in packages.py)",
+    ),
     "profiles": Section(
         "name",
         {"name": STR, "kind": enum("known-good", "field-report"), "description": STR, "constraints": MAP},
