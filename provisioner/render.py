@@ -1,0 +1,356 @@
+"""Stack + recipe -> a complete, byte-stable Docker build context.
+
+The context holds the Dockerfile (templates/), the requirement files and
+requirements.lock (provisioner/packages.py), a manifest (stack.json), the small
+files the image copies (entrypoint, CANN environment script, lock check), this
+project's source (provisioner/project.py) and defaults for the build-time
+inputs under build/ (pip settings, CA bundle, wheelhouse), which
+`provision build` replaces from its options. The same inputs give the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tarfile
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from provisioner.errors import ProvisionError
+
+CONTEXT_SCHEMA = "provision.context/1"
+MANIFEST = "stack.json"
+# Files in a build context get this modification time (2020-01-01 UTC): fixed, so
+# that Docker's cache keys and the bytes of the context do not depend on when the
+# files were checked out, and late enough for the zip timestamps of a wheel.
+FIXED_MTIME = 1577836800
+EXECUTABLE = 0o755
+REGULAR = 0o644
+
+
+@dataclass(frozen=True)
+class User:
+    uid: int
+    gid: int
+
+
+@dataclass
+class Context:
+    """A rendered build context, in memory: relative path -> bytes (or a host file to copy)."""
+
+    files: dict[str, bytes | Path]
+    modes: dict[str, int]
+    tag: str
+    manifest: dict
+    dockerfile: str
+    steps: list[str] = field(default_factory=list)
+
+    def add(self, rel: str, content: bytes | Path, mode: int = REGULAR) -> None:
+        self.files[rel] = content
+        self.modes[rel] = mode
+
+    def read(self, rel: str) -> bytes:
+        value = self.files[rel]
+        return value.read_bytes() if isinstance(value, Path) else value
+
+
+# ----------------------------------------------------------------- templates
+
+
+def _dockerfile_quote(value: object) -> str:
+    """A double-quoted Dockerfile word (LABEL/ENV values): no variable expansion, no escapes lost."""
+    text = str(value)
+    text = text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$").replace("\n", "\\n")
+    return f'"{text}"'
+
+
+def _shell_quote(value: object) -> str:
+    import shlex
+
+    return shlex.quote(str(value))
+
+
+def template_env():
+    """The Jinja2 environment for templates/: a typo (an undefined name) fails the render."""
+    import jinja2
+
+    from provisioner.paths import data_dir
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    env.filters["dq"] = _dockerfile_quote
+    env.filters["shq"] = _shell_quote
+    return env
+
+
+def _render(name: str, **values) -> str:
+    import jinja2
+
+    try:
+        return template_env().get_template(name).render(**values)
+    except jinja2.UndefinedError as exc:
+        raise ProvisionError(f"templates/{name}: {exc.message}") from None
+    except jinja2.TemplateError as exc:
+        where = f":{exc.lineno}" if getattr(exc, "lineno", None) else ""
+        raise ProvisionError(f"templates/{name}{where}: {exc}") from None
+
+
+def _raw(name: str) -> bytes:
+    """A file from templates/ copied as is (scripts that are not Jinja templates)."""
+    from provisioner.paths import data_dir
+
+    return (data_dir("templates") / name).read_bytes()
+
+
+# ------------------------------------------------------------------ naming
+
+
+def _tag_part(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.").lower()
+
+
+def image_tag(stack: dict, recipe, user: User | None = None) -> str:
+    """`<repository>:<cann>-<chip>-<framework><ver>-py<ver>-<stack id[:8]>` (the recipe names the repository)."""
+    if stack["framework"] == "mindspore":
+        fw = f"mindspore{stack['mindspore']['version']}"
+    else:
+        fw = f"torch{stack['torch']['version']}"
+    chip = stack["chip"].get("image_chip") or stack["chip"]["family"]
+    parts = [stack["cann"]["version"], chip, fw, f"py{stack['python']}", stack["id"][:8]]
+    if user is not None:
+        parts.append(f"u{user.uid}g{user.gid}")
+    return f"{recipe.repository}:{_tag_part('-'.join(parts))}"
+
+
+def labels(stack: dict, recipe, tag: str, project, lock_sha: str, package_set: str) -> dict[str, str]:
+    """OCI labels plus the whole Stack as compact JSON (the contract audit and launch read back)."""
+    summary = _summary(stack)
+    return {
+        "org.opencontainers.image.title": recipe.repository,
+        "org.opencontainers.image.description": f"{recipe.title}: {summary}",
+        "org.opencontainers.image.version": tag.split(":", 1)[1],
+        "org.opencontainers.image.base.name": stack["base_image"]["ref"],
+        "org.opencontainers.image.vendor": project.name,
+        "org.provision.recipe": recipe.name,
+        "org.provision.version": project.version,
+        "org.provision.package-set": package_set,
+        "org.provision.lock.sha256": lock_sha,
+        "org.provision.stack.id": stack["id"],
+        "org.provision.stack": json.dumps(stack, separators=(",", ":"), ensure_ascii=True),
+    }
+
+
+def _summary(stack: dict) -> str:
+    parts = [stack["card"]["id"], f"CANN {stack['cann']['version']}"]
+    if stack.get("torch"):
+        parts.append(f"torch {stack['torch']['version']} + torch_npu {stack['torch_npu']['version']}")
+    if stack.get("mindspore"):
+        parts.append(f"MindSpore {stack['mindspore']['version']}")
+    parts.append(f"Python {stack['python']}")
+    if stack.get("apex"):
+        parts.append("Apex")
+    parts += [name.replace("_", "-") for name in sorted(stack.get("extras") or {})]
+    return ", ".join(parts)
+
+
+# ------------------------------------------------------------------ render
+
+
+def render(matrix, stack: dict, recipe, user: User | None = None, project_root: str | Path | None = None) -> Context:
+    """Render the build context for `stack` with `recipe` (see the module docstring)."""
+    from provisioner import packages, project
+
+    root = project.source_root(project_root)
+    proj = project.describe(root)
+    row = packages.select(matrix, stack)
+    packages.check_project(row, stack, list(proj.requirements), recipe.project_extras)
+    layers = packages.layers(matrix, stack, recipe, row)
+    lock = packages.lock_text(layers, stack, row)
+    lock_sha = hashlib.sha256(lock.encode()).hexdigest()
+    tag = image_tag(stack, recipe, user)
+    label_map = labels(stack, recipe, tag, proj, lock_sha, row["id"])
+    repos = _repos(stack, recipe)
+
+    values = dict(
+        stack=stack, recipe=recipe, layers=layers, labels=label_map, user=user, repos=repos,
+        apex=stack.get("apex"), project_extras=recipe.project_extras, project=proj,
+        build_tools=recipe.build_tools, summary=_summary(stack), package_set=row["id"],
+        allow=_unlocked_allowed(stack, proj), strict=not repos,
+    )
+    dockerfile = _render(recipe.template, **values)
+    ctx = Context(files={}, modes={}, tag=tag, manifest={}, dockerfile=dockerfile)
+    ctx.add("Dockerfile", dockerfile.encode())
+    ctx.add("requirements.lock", lock.encode())
+    for layer in layers:
+        ctx.add(layer.file, packages.file_text(layer).encode())
+    ctx.add("files/lock-check.py", _raw("files/lock-check.py"))
+    ctx.add("files/rootfs/etc/provision/cann-env.sh", _raw("files/cann-env.sh"))
+    ctx.add("files/rootfs/etc/profile.d/provision-cann.sh", _raw("files/profile-cann.sh"))
+    ctx.add("files/rootfs/usr/local/bin/provision-entrypoint", _raw("files/entrypoint.sh"), EXECUTABLE)
+    for rel, content in build_inputs().items():
+        ctx.add(f"build/{rel}", content)
+    for rel, src in project.files(root).items():
+        ctx.add(f"project/{rel}", src)
+    ctx.manifest = _manifest(stack, recipe, tag, row, layers, proj, user, label_map, ctx)
+    ctx.add(MANIFEST, (json.dumps(ctx.manifest, indent=2, ensure_ascii=False) + "\n").encode())
+    return ctx
+
+
+def build_inputs(pip_conf: str | None = None, gitconfig: str | None = None) -> dict[str, bytes]:
+    """Defaults of the files `provision build` fills in (pip settings, git settings, placeholders)."""
+    return {
+        "pip.conf": (pip_conf if pip_conf is not None else _render("build/pip.conf.j2", index_url=None,
+                                                                      extra_index_urls=[], cert=None,
+                                                                      offline=False)).encode(),
+        "gitconfig": (gitconfig if gitconfig is not None else _render("build/gitconfig.j2", cert=None)).encode(),
+        "ca/README": _raw("build/ca-README"),
+        "wheelhouse/README": _raw("build/wheelhouse-README"),
+    }
+
+
+def _repos(stack: dict, recipe) -> dict[str, dict]:
+    """Git checkouts a recipe makes: the stack's MindSpeed set refs joined with the recipe's URLs."""
+    if not recipe.repos:
+        return {}
+    refs = (stack.get("extras") or {}).get("mindspeed_llm")
+    if not refs:
+        raise ProvisionError(f"recipe {recipe.name!r} needs a stack resolved --with mindspeed-llm")
+    out = {}
+    for key, spec in recipe.repos.items():
+        if refs.get(key):
+            out[key] = {"url": spec["url"], "ref": refs[key], "dir": spec.get("dir")}
+    missing = [k for k in ("mindspeed", "megatron", "mindspeed_llm") if k not in out]
+    if missing:
+        raise ProvisionError(f"recipe {recipe.name!r}: the stack's MindSpeed set names no ref for {', '.join(missing)}")
+    return out
+
+
+def _unlocked_allowed(stack: dict, proj) -> list[str]:
+    """Packages that rightly are not in the lock (installed from source in the builder stages)."""
+    allowed = ["pip"]
+    if stack.get("apex"):
+        allowed.append("apex")
+    if (stack.get("extras") or {}).get("mindspeed_llm"):
+        allowed.append("mindspeed")
+    return allowed
+
+
+def _manifest(stack, recipe, tag, row, layers, proj, user, label_map, ctx: Context) -> dict:
+    digests = {rel: hashlib.sha256(ctx.read(rel)).hexdigest()
+               for rel in sorted(ctx.files) if not rel.startswith(("project/", "build/"))}
+    project_digest = hashlib.sha256()
+    for rel in sorted(r for r in ctx.files if r.startswith("project/")):
+        project_digest.update(rel.encode() + b"\0" + hashlib.sha256(ctx.read(rel)).digest())
+    return {
+        "schema": CONTEXT_SCHEMA,
+        "tag": tag,
+        "recipe": recipe.to_dict(),
+        "stack_id": stack["id"],
+        "base_image": stack["base_image"]["ref"],
+        "package_set": {"id": row["id"], "pins": dict(row["pins"])},
+        "layers": [{"name": layer.name, "file": layer.file, "title": layer.title,
+                    "requirements": len([x for x in layer.lines if not x.startswith("-")])} for layer in layers],
+        "project": {"name": proj.name, "version": proj.version, "extras": list(recipe.project_extras),
+                    "sha256": project_digest.hexdigest()},
+        "user": None if user is None else {"uid": user.uid, "gid": user.gid},
+        "labels": {k: v for k, v in label_map.items() if k != "org.provision.stack"},
+        "files": digests,
+        "stack": stack,
+    }
+
+
+# ------------------------------------------------------------ write / tar
+
+
+def write(ctx: Context, out: str | Path) -> Path:
+    """Write the context to `out` atomically: a complete new directory or nothing.
+
+    An existing `out` is replaced only when it is empty or a context rendered
+    before (it has stack.json with our schema); anything else is refused.
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ProvisionError(f"{out}: exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not _is_context(out):
+        raise ProvisionError(f"{out}: not empty and not a build context rendered by provision; choose a new directory")
+    parent = out.resolve().parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
+    except OSError as exc:
+        raise ProvisionError(f"{out}: cannot create: {exc.strerror or exc}") from None
+    try:
+        for rel in sorted(ctx.files):
+            dest = tmp / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            value = ctx.files[rel]
+            if isinstance(value, Path):
+                shutil.copyfile(value, dest)
+            else:
+                dest.write_bytes(value)
+            os.chmod(dest, ctx.modes.get(rel, REGULAR))
+            os.utime(dest, (FIXED_MTIME, FIXED_MTIME))
+        old = None
+        if out.exists():
+            old = parent / f".{out.name}.old.{os.getpid()}"
+            os.rename(out, old)
+        os.rename(tmp, out)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise ProvisionError(f"{out}: cannot write the build context: {exc.strerror or exc}") from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _is_context(path: Path) -> bool:
+    try:
+        return json.loads((path / MANIFEST).read_text(encoding="utf-8")).get("schema") == CONTEXT_SCHEMA
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def write_tar(ctx: Context, fileobj) -> None:
+    """The context as an uncompressed tar with fixed owners, modes and times (stable cache keys)."""
+    with tarfile.open(fileobj=fileobj, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        dirs: set[str] = set()
+        for rel in sorted(ctx.files):
+            parts = rel.split("/")[:-1]
+            for i in range(1, len(parts) + 1):
+                d = "/".join(parts[:i])
+                if d not in dirs:
+                    dirs.add(d)
+                    tar.addfile(_info(d, tarfile.DIRTYPE, 0, EXECUTABLE))
+            value = ctx.files[rel]
+            mode = ctx.modes.get(rel, REGULAR)
+            if isinstance(value, Path):
+                with value.open("rb") as fh:
+                    tar.addfile(_info(rel, tarfile.REGTYPE, value.stat().st_size, mode), fh)
+            else:
+                import io
+
+                tar.addfile(_info(rel, tarfile.REGTYPE, len(value), mode), io.BytesIO(value))
+
+
+def _info(name: str, kind: bytes, size: int, mode: int) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.size = size
+    info.mode = mode
+    info.mtime = FIXED_MTIME
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info

@@ -1,0 +1,2 @@
+# Login shells: load CANN's environment (see /etc/provision/cann-env.sh).
+. /etc/provision/cann-env.sh
