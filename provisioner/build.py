@@ -1,0 +1,220 @@
+"""Build a rendered context with a real Docker engine (docker-py, classic builder).
+
+Build-time inputs never change the rendered Dockerfile: they replace files under
+build/ in the context (pip.conf, gitconfig, ca/bundle.pem, wheelhouse/), which
+only the builder stages copy. So a corporate CA or a private index never shows
+in a layer or in `docker history` of the image, and the same options give the
+same cache keys.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from provisioner.errors import ProvisionError
+
+BUILD_DIR = "/opt/build"  # where the Dockerfile copies build/ (templates/Dockerfile.j2)
+_PEM = b"-----BEGIN CERTIFICATE-----"
+
+
+class BuildFailed(ProvisionError):
+    """The engine ran the build and a step failed (exit code 1; the log tail was shown)."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    wheelhouse: str | None = None
+    pip_index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    trusted_ca: str | None = None
+    network: str | None = None
+    offline: bool = False
+    no_cache: bool = False
+    pull: bool = True
+    tags: tuple[str, ...] = ()
+
+
+@dataclass
+class BuildResult:
+    tag: str
+    tags: list[str]
+    image_id: str
+    seconds: float
+    steps: list[dict] = field(default_factory=list)
+    base_pulled: bool = False
+
+    def to_dict(self) -> dict:
+        return {"tag": self.tag, "tags": self.tags, "image_id": self.image_id, "seconds": round(self.seconds, 2),
+                "base_pulled": self.base_pulled, "steps": self.steps}
+
+
+# ------------------------------------------------------------ inputs
+
+
+def check_options(opts: BuildOptions) -> None:
+    """Bad build inputs are refused before anything is built or written."""
+    if opts.wheelhouse is not None:
+        path = Path(opts.wheelhouse)
+        if not path.is_dir():
+            raise ProvisionError(f"--wheelhouse {opts.wheelhouse}: not a directory")
+        if not os.access(path, os.R_OK | os.X_OK):
+            raise ProvisionError(f"--wheelhouse {opts.wheelhouse}: not readable")
+        for f in _wheelhouse_files(path):
+            if not os.access(f, os.R_OK):
+                raise ProvisionError(f"--wheelhouse {opts.wheelhouse}: {f.name} is not readable")
+    if opts.offline and opts.wheelhouse is None:
+        raise ProvisionError("--offline installs only from --wheelhouse DIR; give one")
+    if opts.offline and (opts.pip_index_url or opts.extra_index_urls):
+        raise ProvisionError("--offline does not go with --pip-index-url or --extra-index-url")
+    for url in (opts.pip_index_url, *opts.extra_index_urls):
+        if url is not None and not url.startswith(("http://", "https://", "file://")):
+            raise ProvisionError(f"index URL {url!r} must start with https://, http:// or file://")
+    if opts.trusted_ca is not None:
+        _read_ca(opts.trusted_ca)
+    if opts.network is not None and opts.network not in ("host", "bridge", "none", "default"):
+        raise ProvisionError(f"--network {opts.network!r}: use host, bridge, none or default")
+
+
+def _wheelhouse_files(path: Path) -> list[Path]:
+    return sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith((".whl", ".tar.gz", ".zip")))
+
+
+def _read_ca(path: str) -> bytes:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ProvisionError(f"--trusted-ca {path}: cannot read: {exc.strerror or exc}") from None
+    if _PEM not in data:
+        raise ProvisionError(f"--trusted-ca {path}: no PEM certificate in it (expected '-----BEGIN CERTIFICATE-----')")
+    return data
+
+
+def add_inputs(ctx, opts: BuildOptions) -> None:
+    """Fill the context's build/ directory from the options (see the module docstring)."""
+    from provisioner import render
+
+    cert = None
+    if opts.trusted_ca is not None:
+        import certifi
+
+        # pip's `cert` replaces its roots: keep the public ones and add the user's.
+        bundle = Path(certifi.where()).read_bytes().rstrip(b"\n") + b"\n" + _read_ca(opts.trusted_ca)
+        ctx.add("build/ca/bundle.pem", bundle)
+        cert = f"{BUILD_DIR}/ca/bundle.pem"
+    pip_conf = render._render("build/pip.conf.j2", index_url=opts.pip_index_url,
+                              extra_index_urls=list(opts.extra_index_urls), cert=cert, offline=opts.offline)
+    gitconfig = render._render("build/gitconfig.j2", cert=cert)
+    for rel, content in render.build_inputs(pip_conf, gitconfig).items():
+        ctx.add(f"build/{rel}", content)
+    if opts.wheelhouse is not None:
+        for f in _wheelhouse_files(Path(opts.wheelhouse)):
+            ctx.add(f"build/wheelhouse/{f.name}", f)
+
+
+# ------------------------------------------------------------- engine
+
+
+def client():
+    """A docker-py client that answers, or one clear ProvisionError."""
+    try:
+        import docker
+        from docker.errors import DockerException
+    except ImportError:
+        raise ProvisionError("the Docker SDK for Python is missing: pip install docker") from None
+    try:
+        c = docker.from_env(timeout=600)
+        c.ping()
+    except DockerException as exc:
+        where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        raise ProvisionError(f"no Docker engine answers at {where} ({_reason(exc)}); start dockerd or set"
+                             " DOCKER_HOST") from None
+    except Exception as exc:  # requests' connection errors come through unwrapped on some versions
+        where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        raise ProvisionError(f"no Docker engine answers at {where} ({_reason(exc)}); start dockerd or set"
+                             " DOCKER_HOST") from None
+    return c
+
+
+def _reason(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    for marker in ("No such file or directory", "Connection refused", "Permission denied"):
+        if marker in text:
+            return marker
+    return text[:160]
+
+
+def ensure_base(c, ref: str, pull: bool) -> bool:
+    """The base image must be local or pullable; returns True when it was pulled."""
+    from docker.errors import APIError, ImageNotFound
+
+    try:
+        c.images.get(ref)
+        return False
+    except ImageNotFound:
+        pass
+    except APIError as exc:
+        raise ProvisionError(f"base image {ref}: {_reason(exc)}") from None
+    if not pull:
+        raise ProvisionError(f"base image {ref} does not exist locally (and --no-pull was given)")
+    try:
+        c.images.pull(ref)
+        return True
+    except (APIError, ImageNotFound) as exc:
+        reason = getattr(exc, "explanation", None) or str(exc)
+        raise ProvisionError(f"base image {ref} does not exist locally and cannot be pulled"
+                             f" ({' '.join(str(reason).split())[:200]})") from None
+
+
+def build(ctx, opts: BuildOptions, out=None, live: bool | None = None, verbose: bool = False) -> BuildResult:
+    """Build `ctx` (a rendered Context) and tag it; progress goes to `out` (stderr by default)."""
+    from provisioner.progress import Progress
+
+    out = out or sys.stderr
+    live = out.isatty() if live is None else live
+    check_options(opts)
+    c = client()
+    base = ctx.manifest["base_image"]
+    pulled = ensure_base(c, base, opts.pull)
+    add_inputs(ctx, opts)
+    tags = [ctx.tag, *[t for t in opts.tags if t != ctx.tag]]
+    network = None if opts.network in (None, "default") else opts.network
+    started = time.monotonic()
+    image_id = None
+    error = None
+    with tempfile.TemporaryFile(prefix="provision-context-") as tar, Progress(out, live, verbose) as progress:
+        from provisioner import render
+
+        render.write_tar(ctx, tar)
+        tar.seek(0)
+        stream = c.api.build(fileobj=tar, custom_context=True, tag=tags[0], rm=True, forcerm=True,
+                             pull=False, nocache=opts.no_cache, network_mode=network, decode=True)
+        try:
+            for message in stream:
+                progress.feed(message)
+                if "error" in message or "errorDetail" in message:
+                    detail = message.get("errorDetail") or {}
+                    error = detail.get("message") or message.get("error")
+                elif "aux" in message and isinstance(message["aux"], dict) and "ID" in message["aux"]:
+                    image_id = message["aux"]["ID"]
+        except Exception as exc:  # the engine went away mid-build
+            error = f"the build stream broke: {_reason(exc)}"
+    if error:
+        report = progress.failure_report()
+        if report:
+            out.write(report + "\n")
+        raise BuildFailed(" ".join(str(error).split()))
+    if image_id is None:
+        image_id = c.images.get(tags[0]).id
+    image = c.images.get(image_id)
+    for extra in tags[1:]:
+        repo, _, tag = extra.rpartition(":") if ":" in extra.split("/")[-1] else (extra, "", "latest")
+        image.tag(repo, tag)
+    return BuildResult(tag=opts.tags[0] if opts.tags else ctx.tag, tags=tags, image_id=image_id,
+                       seconds=time.monotonic() - started, steps=progress.summary(), base_pulled=pulled)
