@@ -182,6 +182,9 @@ def build(ctx, opts: BuildOptions, out=None, live: bool | None = None, verbose: 
     c = client()
     base = ctx.manifest["base_image"]
     pulled = ensure_base(c, base, opts.pull)
+    out.write(f"building {ctx.tag} (recipe {ctx.manifest['recipe']['name']}, base {base}"
+              f"{', pulled' if pulled else ''})\n")
+    out.flush()
     add_inputs(ctx, opts)
     tags = [ctx.tag, *[t for t in opts.tags if t != ctx.tag]]
     network = None if opts.network in (None, "default") else opts.network

@@ -147,8 +147,9 @@ def check_project(row: dict, stack: dict, requirements: list[str], extras: tuple
         version = locked.get(name)
         if version is None or not req.specifier.contains(version, prereleases=True):
             have = f"it has {name}=={version}" if version else f"it has no {name}"
+            shown = f"{req.name}{req.specifier}"
             raise ProvisionError(f"{row.get('_at', 'packages')}: package set {row['id']!r} does not satisfy this"
-                                 f" project's requirement {text!r} ({have}); regenerate it with"
+                                 f" project's requirement {shown!r} ({have}); regenerate it with"
                                  " scripts/lock_packages.py")
 
 
@@ -166,8 +167,9 @@ def layers(matrix, stack: dict, recipe, row: dict) -> list[Layer]:
         title = f"MindSpore {stack['mindspore']['version']} (from the stack)"
     out = [Layer("framework", title, tuple(lines))]
     active = [line for line, _ in active_lines(row["lock"], stack)]
-    out.append(Layer("packages", f"package set {row['id']}: training packages, provision's requirements and"
-                     " everything they need", tuple(active)))
+    what = ("training packages, provision's requirements" if stack["framework"] == "pytorch"
+            else "MindSpore's and provision's requirements")
+    out.append(Layer("packages", f"package set {row['id']}: {what} and everything they need", tuple(active)))
     for name in sorted(stack.get("extras") or {}):
         install = (recipe.extras or {}).get(name.replace("_", "-")) or (recipe.extras or {}).get(name) or {}
         extra = (row.get("extras") or {}).get(name.replace("_", "-")) or (row.get("extras") or {}).get(name)

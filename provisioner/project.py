@@ -20,7 +20,7 @@ from provisioner.errors import ProvisionError
 PACKAGE = "provisioner"
 TOP_FILES = ("pyproject.toml", "setup.py", "README.md", "LICENSE")
 DATA_DIRS = ("matrices", "templates", "images")
-_SKIP_DIRS = {"__pycache__", ".git", ".venv", ".mypy_cache", ".pytest_cache", ".ruff_cache", "build", "dist"}
+_SKIP_DIRS = {"__pycache__", ".git", ".venv", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
 _SKIP_SUFFIXES = (".pyc", ".pyo", ".egg-info")
 
 

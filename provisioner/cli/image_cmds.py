@@ -103,8 +103,6 @@ def build_cmd(overlays, tags, wheelhouse, offline, pip_index_url, extra_index_ur
     )
     build.check_options(opts)
     ctx = _prepare(overlays, kwargs)
-    click.echo(f"building {ctx.tag} (recipe {ctx.manifest['recipe']['name']}, base {ctx.manifest['base_image']})",
-               err=True)
     result = build.build(ctx, opts, verbose=verbose)
     click.echo(f"built {result.image_id[:19]} in {result.seconds:.0f}s", err=True)
     if as_json:

