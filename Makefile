@@ -7,8 +7,14 @@ BIN := $(VENV)/bin
 # The CPU torch build that pip on these machines finds offline; the trainer
 # tests and the image integration tests use it.
 TEST_TORCH ?= 2.13.0
+# The image tests and `make demo` build on a local Debian base (no registry is reachable on the CI machines)
+# with the CPU torch wheel in a local wheelhouse; scripts/ prepare both and start a Docker engine if needed.
+TEST_BASE ?= provision-local/debian-python:bookworm
+WHEELHOUSE ?= .cache/wheelhouse
+IMAGE_ENV := PROVISION_TEST_BASE=$(TEST_BASE) PROVISION_TEST_WHEELHOUSE=$(WHEELHOUSE) \
+	PROVISION_DEMO_BASE=$(TEST_BASE) PROVISION_DEMO_WHEELHOUSE=$(WHEELHOUSE)
 
-.PHONY: venv test unit demo lint bench golden clean
+.PHONY: venv test unit demo lint bench golden clean engine
 
 venv: $(VENV)/.installed
 
@@ -20,8 +26,13 @@ $(VENV)/.installed: pyproject.toml setup.py
 	$(BIN)/pip install -q -e ".[train,dev]"
 	touch $@
 
-test: venv
-	$(BIN)/python -m pytest -q
+engine:
+	scripts/engine.sh
+	scripts/base-image.sh $(TEST_BASE)
+	PYTHON=$(BIN)/python scripts/wheelhouse.sh $(WHEELHOUSE) $(TEST_TORCH)
+
+test: venv engine
+	$(IMAGE_ENV) $(BIN)/python -m pytest -q
 
 unit: venv
 	$(BIN)/python -m pytest -q -m "not docker and not slow"
@@ -29,8 +40,8 @@ unit: venv
 lint: venv
 	$(BIN)/ruff check provisioner tests benchmarks
 
-demo: venv
-	$(BIN)/python -m provisioner.demo
+demo: venv engine
+	$(IMAGE_ENV) $(BIN)/python -m provisioner.demo
 
 bench: venv
 	$(BIN)/python benchmarks/cli_start.py

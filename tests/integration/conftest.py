@@ -1,0 +1,135 @@
+"""Fixtures for tests against a real Docker engine (session scope; the image is built once per session).
+
+Contract other areas rely on (keep names and meaning):
+- `docker_client`: a docker-py client of a running engine (started by scripts/engine.sh if needed).
+- `base_image`: tag of the local Debian bookworm base (python3, pip, venv; scripts/base-image.sh).
+- `wheelhouse`: directory holding the CPU torch wheel the image installs offline (scripts/wheelhouse.sh).
+- `provision_image`: tag of the 300T-A2 image built by `provision build` with torch 2.13.0+cpu, torch_npu
+  2.13.0 and this project with its train extra, on `base_image`.
+Set PROVISION_TEST_BASE / PROVISION_TEST_WHEELHOUSE to reuse what `make test` prepared.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPTS = ROOT / "scripts"
+OVERLAY = ROOT / "tests" / "fixtures" / "overlays" / "torch-2.13.yaml"
+TORCH = os.environ.get("PROVISION_TEST_TORCH", "2.13.0")
+CARD = "300T-A2"
+
+
+def _script(name: str, *args: str, timeout: int = 900) -> str:
+    proc = subprocess.run([str(SCRIPTS / name), *args], capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        pytest.fail(f"scripts/{name} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc.stdout
+
+
+def system_ca() -> str:
+    """The CA bundle pip trusts on this machine (it holds the PyPI proxy's CA)."""
+    for candidate in (os.environ.get("PIP_CERT"), os.environ.get("SSL_CERT_FILE"), "/etc/ssl/certs/ca-certificates.crt"):
+        if candidate and Path(candidate).is_file():
+            return candidate
+    pytest.fail("no system CA bundle found (PIP_CERT, SSL_CERT_FILE, /etc/ssl/certs/ca-certificates.crt)")
+
+
+CANARY = ROOT / "tests" / "fixtures" / "ca" / "canary.pem"
+
+
+def trusted_ca_file() -> str:
+    """What the tests pass as --trusted-ca: the system bundle plus a canary certificate.
+
+    The canary (tests/fixtures/ca/canary.pem, whose key was thrown away) exists nowhere
+    else, so finding its bytes in an image proves the CA leaked. The file's content is
+    stable, so the build cache holds across sessions.
+    """
+    path = ROOT / ".cache" / "trusted-ca.pem"
+    content = Path(system_ca()).read_bytes().rstrip(b"\n") + b"\n" + CANARY.read_bytes()
+    if not path.is_file() or path.read_bytes() != content:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
+    return str(path)
+
+
+def provision(*args: str, env: dict | None = None, timeout: int = 1800) -> subprocess.CompletedProcess:
+    """Run the real CLI in a subprocess."""
+    return subprocess.run([sys.executable, "-m", "provisioner.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=ROOT)
+
+
+def build_args(base: str, wheelhouse: str, *extra: str) -> list[str]:
+    """`provision build` arguments for the 300T-A2 test image (see the module docstring)."""
+    return ["build", "--card", CARD, "--torch", TORCH, "--base-image", base, "--matrix", str(OVERLAY),
+            "--wheelhouse", wheelhouse, "--trusted-ca", trusted_ca_file(), "--network", "host", *extra]
+
+
+@pytest.fixture(scope="session")
+def docker_client():
+    if os.environ.get("PROVISION_SKIP_DOCKER"):
+        pytest.skip("PROVISION_SKIP_DOCKER is set")
+    _script("engine.sh", timeout=600)
+    import docker
+
+    client = docker.from_env(timeout=900)
+    client.ping()
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def base_image(docker_client) -> str:
+    tag = os.environ.get("PROVISION_TEST_BASE", "provision-local/debian-python:bookworm")
+    _script("base-image.sh", tag, timeout=1200)
+    docker_client.images.get(tag)
+    return tag
+
+
+@pytest.fixture(scope="session")
+def wheelhouse() -> str:
+    path = Path(os.environ.get("PROVISION_TEST_WHEELHOUSE", ROOT / ".cache" / "wheelhouse")).resolve()
+    _script("wheelhouse.sh", str(path), TORCH, timeout=600)
+    assert any(path.glob(f"torch-{TORCH}+cpu-*.whl")), f"no torch {TORCH} CPU wheel in {path}"
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def provision_build_result(docker_client, base_image, wheelhouse) -> dict:
+    """The `provision build --json` document of the test image (built once per session)."""
+    proc = provision(*build_args(base_image, wheelhouse, "--json"))
+    if proc.returncode != 0:
+        pytest.fail(f"provision build failed ({proc.returncode}):\n{proc.stderr[-6000:]}")
+    result = json.loads(proc.stdout)
+    result["stderr"] = proc.stderr
+    return result
+
+
+@pytest.fixture(scope="session")
+def provision_image(provision_build_result) -> str:
+    return provision_build_result["tag"]
+
+
+@pytest.fixture(scope="session")
+def run_in_image(docker_client):
+    """run_in_image(tag, command, **kwargs) -> (exit code, stdout, stderr); the container is always removed."""
+
+    def run(tag: str, command, env: dict | None = None, user: str | None = None, entrypoint=None):
+        container = docker_client.containers.create(tag, command=command, environment=env or {}, user=user or "",
+                                                    network_mode="host", entrypoint=entrypoint)
+        try:
+            container.start()
+            code = container.wait(timeout=600)["StatusCode"]
+            out = container.logs(stdout=True, stderr=False).decode()
+            err = container.logs(stdout=False, stderr=True).decode()
+            return code, out, err
+        finally:
+            container.remove(force=True)
+
+    return run
