@@ -148,6 +148,7 @@ SECTION_COLUMNS = {
     "profiles": ["name", "kind", "description"],
     "apex": ["id", "ref", "setuptools_pin", "python", "torch_confirmed"],
     "extras": ["name", "requirement"],
+    "packages": ["id", "torch", "mindspore", "python", "pins"],
 }
 
 
@@ -186,6 +187,8 @@ def matrix_cmd(card, sections, overlays, as_json):
 
 
 def _cell(value) -> str:
+    if isinstance(value, dict):
+        return ",".join(f"{k}=={v}" for k, v in value.items())
     if isinstance(value, list):
         return ",".join(str(v) for v in value)
     if isinstance(value, bool):
