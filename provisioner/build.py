@@ -129,7 +129,8 @@ def client():
     except ImportError:
         raise ProvisionError("the Docker SDK for Python is missing: pip install docker") from None
     try:
-        c = docker.from_env(timeout=600)
+        # Long, quiet build steps (compiling Apex) must not time out the stream.
+        c = docker.from_env(timeout=3600)
         c.ping()
     except DockerException as exc:
         where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")

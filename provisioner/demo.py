@@ -87,7 +87,8 @@ def image_steps() -> str:
     base = os.environ.get("PROVISION_DEMO_BASE", "provision-local/debian-python:bookworm")
     wheelhouse = os.environ.get("PROVISION_DEMO_WHEELHOUSE", ".cache/wheelhouse")
     torch = _demo_torch()
-    common = ["--card", CARD, "--torch", torch, "--matrix", str(OVERLAY), "--wheelhouse", wheelhouse,
+    overlay = os.path.relpath(OVERLAY) if OVERLAY.is_relative_to(Path.cwd()) else str(OVERLAY)
+    common = ["--card", CARD, "--torch", torch, "--matrix", overlay, "--wheelhouse", wheelhouse,
               "--network", "host"]
     ca = _ca_bundle()
     if ca:

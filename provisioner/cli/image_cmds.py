@@ -32,14 +32,18 @@ def _prepare(overlays, kwargs: dict):
     """Resolve the stack for the recipe and render the context (in memory)."""
     from provisioner import recipes, render
     from provisioner.cli.common import resolve_stack
-    from provisioner.errors import ProvisionError
+    from provisioner.errors import ProvisionError, ResolveError
 
     recipe_name = kwargs.pop("recipe")
     gid, uid = kwargs.pop("user_gid"), kwargs.pop("user_uid")
     if uid is not None and gid is None:
         raise ProvisionError("--user-uid needs --user-gid (the group that opens the NPU device nodes)")
     options = recipes.request_options(recipe_name, pop_resolve(kwargs))
-    matrix, stack = resolve_stack(overlays, options)
+    try:
+        matrix, stack = resolve_stack(overlays, options)
+    except ResolveError as exc:
+        raise ProvisionError(f"no stack: {exc} (`provision resolve` with the same options shows why and the"
+                             " nearest valid stacks)") from None
     recipe = recipes.choose(stack, recipe_name)
     user = render.User(uid=uid or 1000, gid=gid) if gid is not None else None
     return render.render(matrix, stack, recipe, user=user)

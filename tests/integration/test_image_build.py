@@ -7,6 +7,7 @@ import re
 import shutil
 import tarfile
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -177,7 +178,7 @@ def test_code_only_change_rebuilds_only_the_project_layer(base_image, wheelhouse
         shutil.copyfile(src, dest)
     edited = copy / "provisioner" / "train" / "__init__.py"
     edited.parent.mkdir(exist_ok=True)
-    edited.write_text((edited.read_text() if edited.exists() else '"""Trainer."""\n') + f"# edited by {__name__}\n")
+    edited.write_text((edited.read_text() if edited.exists() else '"""Trainer."""\n') + f"# edited by {__name__} at {time.time_ns()}\n")
     m = matrix.load([str(OVERLAY)])
     stack = cache.cached_resolve(m, request.build(m, card=CARD, torch=TORCH, base_image=base_image))
     ctx = render.render(m, stack, recipes.choose(stack), project_root=copy)
@@ -186,7 +187,13 @@ def test_code_only_change_rebuilds_only_the_project_layer(base_image, wheelhouse
                               tags=("provision-test/rebuilt:latest",))
     import io
 
-    result = build.build(ctx, opts, out=io.StringIO(), live=False)
+    original = build.client().images.get(provision_image)
+    try:
+        result = build.build(ctx, opts, out=io.StringIO(), live=False)
+    finally:
+        # Give the fixture's tag back to the image of the real tree (other tests and areas use it).
+        repo, tag = provision_image.rsplit(":", 1)
+        original.tag(repo, tag)
     steps = result.steps
     first_project = next(s for s in steps if s["instruction"].startswith("COPY project/"))
     before = [s for s in steps if s["step"] < first_project["step"] and not s["instruction"].startswith("FROM")]
@@ -195,22 +202,23 @@ def test_code_only_change_rebuilds_only_the_project_layer(base_image, wheelhouse
     venv_copy = next(s for s in steps if s["instruction"].startswith("COPY --from=stack /opt/venv"))
     assert venv_copy["cached"]
     assert result.seconds < 60, result.seconds
-    from provisioner.build import client
-
-    client().images.remove("provision-test/rebuilt:latest")
-    # The first build's image is rebuilt from the real tree again by the next session; leave its tag alone.
+    assert result.image_id != original.id
+    build.client().images.remove("provision-test/rebuilt:latest")
 
 
 def test_non_root_user_with_the_host_group(base_image, wheelhouse, provision_image, run_in_image, docker_client):
-    proc = provision(*build_args(base_image, wheelhouse, "--user-gid", "1234", "--user-uid", "1001"))
+    proc = provision(*build_args(base_image, wheelhouse, "--user-gid", "1234", "--user-uid", "1001",
+                                 "--tag", "provision-test/user:1"))
     assert proc.returncode == 0, proc.stderr[-4000:]
-    tag = proc.stdout.strip()
-    assert tag.endswith("-u1001g1234")
+    assert proc.stdout.strip() == "provision-test/user:1"  # the first --tag is printed
+    tag = next(t for t in docker_client.images.get("provision-test/user:1").tags if t.startswith("provision/"))
+    assert tag == provision_image + "-u1001g1234"
     try:
         code, out, err = run_in_image(tag, ["bash", "-c", "id -u; id -g; id -gn; test -w /workspace && echo writable"])
         assert code == 0, err
         assert out.split() == ["1001", "1234", "HwHiAiUser", "writable"]
     finally:
+        docker_client.images.remove("provision-test/user:1")
         docker_client.images.remove(tag)
 
 

@@ -263,6 +263,12 @@ def test_no_package_set_is_a_clear_error(tmp_path):
     assert not (tmp_path / "c").exists()
 
 
+def test_refused_stack_is_one_line(tmp_path):
+    proc = run_cli("render", "--card", "800-9000", "--dtype", "bf16", "-o", str(tmp_path / "c"))
+    _one_line_exit_2(proc, "no stack: ")
+    assert "provision resolve" in proc.stderr and not (tmp_path / "c").exists()
+
+
 def test_strict_undefined_fails_the_render():
     import jinja2
 
