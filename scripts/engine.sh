@@ -35,7 +35,8 @@ if ! command -v docker >/dev/null 2>&1; then
 fi
 echo "engine: starting dockerd (log: $LOG)"
 mkdir -p "$(dirname "$LOG")"
-setsid nohup dockerd >"$LOG" 2>&1 </dev/null &
+# 9>&-: dockerd must not inherit the lock, or it would hold it for as long as it runs.
+setsid nohup dockerd >"$LOG" 2>&1 </dev/null 9>&- &
 for _ in $(seq "$WAIT"); do
     if answers; then
         echo "engine: ready ($(docker version --format '{{.Server.Version}}'))"
