@@ -287,6 +287,7 @@ def test_demo_image_steps_name_the_fallback(monkeypatch, base_image, wheelhouse,
 
     monkeypatch.setenv("PROVISION_DEMO_BASE", base_image)
     monkeypatch.setenv("PROVISION_DEMO_WHEELHOUSE", wheelhouse)
+    monkeypatch.setenv("PIP_CERT", trusted_ca_file())  # the demo's CA choice; the same bundle keeps the cache
     tag = demo.image_steps()
     out = capsys.readouterr()
     assert tag == provision_image
