@@ -26,8 +26,13 @@ fi
 if ! command -v dockerd >/dev/null 2>&1; then
     echo "engine: installing docker.io"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends docker.io >/dev/null
+    APT_LOG=$(mktemp /tmp/provision-apt.XXXXXX)
+    if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends docker.io; } >"$APT_LOG" 2>&1; then
+        echo "engine: installing docker.io failed; last lines:" >&2
+        tail -n 20 "$APT_LOG" >&2
+        exit 1
+    fi
+    rm -f "$APT_LOG"
 fi
 if ! command -v docker >/dev/null 2>&1; then
     echo "engine: no docker client on PATH" >&2
