@@ -53,7 +53,7 @@ def header(plan: DevicePlan) -> list[str]:
     lines = [
         f"# CDI spec for {plan.card['id']} ({plan.card['name']}): chips {','.join(map(str, plan.chips))}, written by provision cdi",
         f"# use: docker run --device {kind}={first} ... (Docker >= 25 with CDI enabled, Podman), or {kind}=all",
-        "# device names are the physical ids (/dev/davinciN keeps its N inside the container)",
+        "# device names are the physical ids; each chip's node keeps its host name inside the container",
     ]
     for g in plan.group_add:
         lines.append(f"# non-root users: add --group-add {g} ({plan.group_why})")

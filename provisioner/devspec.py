@@ -25,7 +25,7 @@ def parse(spec: str, present: list[int] | None = None) -> list[int]:
         raise DeviceSpecError("--devices is empty: give physical chip ids such as 0-3,6 or 'all'")
     if text.lower() == "all":
         if not present:
-            raise DeviceSpecError("--devices all: the host has no /dev/davinciN chips")
+            raise DeviceSpecError("--devices all: the host has no chip device nodes")
         return sorted(set(present))
     ids: set[int] = set()
     for piece in text.split(","):

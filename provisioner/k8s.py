@@ -116,7 +116,6 @@ def manifests(
             "spec": {
                 "schedulerName": "volcano",
                 "minAvailable": n,
-                "maxRetry": 0,
                 "plugins": plugins,
                 "tasks": [{"name": TASK, "replicas": n, "template": pod}],
             },

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from provisioner import hostfs
 from provisioner.errors import ProvisionError
 
+
 @dataclass(frozen=True)
 class Host:
     root: str

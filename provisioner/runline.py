@@ -44,7 +44,7 @@ def argv(plan: DevicePlan, image: str, command: list[str] | None = None, name: s
 def comments(plan: DevicePlan) -> list[str]:
     """The `#` lines above the command: what was chosen and why."""
     ids = list(plan.chips)
-    chip = plan.chip_nodes[0].name.rstrip("0123456789") if plan.chip_nodes else "davinci"
+    chip = plan.chip_nodes[0].name.rstrip("0123456789")  # a plan always has at least one chip
     vis = plan.settings["visible_env"]
     lines = [
         f"# provision run-cmd: {plan.card['id']} ({plan.card['name']}, chip family {plan.family}),"
@@ -61,13 +61,14 @@ def comments(plan: DevicePlan) -> list[str]:
         lines.append("# no --privileged: the device nodes listed here are all the container needs")
     for g in plan.group_add:
         lines.append(f"# --group-add {g}: {plan.group_why}")
+    shm = plan.settings["shm_path"]
     if plan.ipc == "host":
         lines.append(
-            "# --ipc=host: DataLoader workers and HCCL share memory through /dev/shm; host IPC lifts Docker's 64 MB"
+            f"# --ipc=host: DataLoader workers and HCCL share memory through {shm}; host IPC lifts Docker's 64 MB"
             " default but shares the host's IPC namespace (--shm-size SIZE gives a private, sized one)"
         )
     else:
-        lines.append(f"# --shm-size {plan.shm_size}: a private /dev/shm of that size (raise it if workers die with bus errors)")
+        lines.append(f"# --shm-size {plan.shm_size}: a private {shm} of that size (raise it if workers die with bus errors)")
     d = plan.driver
     if d.get("dir"):
         what = f"{d['dir']} (whole)" if d["mount"] == "whole" else f"{d['dir']}/lib64 + version.info"
