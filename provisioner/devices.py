@@ -48,6 +48,7 @@ class Mount:
     container: str
     kind: str  # dir | file
     why: str
+    local: bool = False  # host is a path on this machine, not under --root (--rank-table)
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,9 @@ class DevicePlan:
 
     # -- paths as this machine sees them ------------------------------------------------
     def host_path(self, mount: Mount) -> str:
-        return mount.host if self.root == "/" else os.path.join(self.root, mount.host.lstrip("/"))
+        if mount.local or self.root == "/":
+            return mount.host
+        return os.path.join(self.root, mount.host.lstrip("/"))
 
     def node_path(self, node: Node) -> str:
         return os.path.join(self.dev_root, node.name)
@@ -178,152 +181,29 @@ def _node(rec: dict, name: str, container: str, chip: int | None = None) -> Node
 
 def plan(matrix, opts: Options) -> DevicePlan:
     """Plan the selection or raise PlanRefused (every reason) / ProvisionError (bad input)."""
-    from provisioner import enginefacts
-
     card, family, _ = matrix.lookup_card(opts.card)
     dfam = next((r for r in matrix.rows("device_families") if r["id"] == family["device_family"]), None)
     if dfam is None:
         raise ProvisionError(f"no device data for device family {family['device_family']!r} (matrices/devices.yaml)")
     settings = {r["id"]: r["value"] for r in matrix.rows("device_settings")}
-    if not os.path.isdir(opts.dev_root):
-        raise ProvisionError(f"--dev-root {opts.dev_root}: no such directory")
-    if not os.path.isdir(opts.root):
-        raise ProvisionError(f"--root {opts.root}: no such directory")
-    if opts.mode not in ("devices", "runtime"):
-        raise ProvisionError(f"--mode {opts.mode!r}: expected devices or runtime")
-    if opts.shm_size:
-        shm_bytes(opts.shm_size)
-    multi = opts.multi
-    if multi.nnodes < 1 or not 0 <= multi.node_rank < multi.nnodes:
-        raise ProvisionError(f"--node-rank {multi.node_rank} must be in 0..{multi.nnodes - 1} (--nnodes {multi.nnodes})")
-
+    _check_input(opts)
     opts = replace(opts, root=os.path.abspath(opts.root), dev_root=os.path.abspath(opts.dev_root))
     notes: list[str] = []
     refusals: list[str] = []
     container_dev = settings["container_dev"]
 
-    # chips
-    chip_re = _chip_regex(dfam["chip_node"])
-    present_nodes = _char_nodes(opts.dev_root)
-    present = {int(m[1]): rec for name, rec in present_nodes.items() if (m := chip_re.match(name))}
-    ids = devspec.parse(opts.devices, sorted(present))
-    missing = [i for i in ids if i not in present]
-    if missing:
-        have = devspec.format_ids(sorted(present)) if present else "none"
-        refusals.append(
-            f"chip {devspec.format_ids(missing)} not found: {opts.dev_root} has no "
-            f"{', '.join(dfam['chip_node'].format(id=i) for i in missing)} (chips present: {have})"
-        )
-    chip_nodes = [
-        _node(present[i], dfam["chip_node"].format(id=i), f"{container_dev}/{dfam['chip_node'].format(id=i)}", i)
-        for i in ids
-        if i in present
-    ]
-
-    # training capability
-    if opts.task == "train" and not (family["training"] and card.get("training", True)):
-        why = family.get("training_note") or f"{card['id']} is not a training product"
-        if card.get("training") is False and family["training"]:
-            why = card.get("notes") or f"{card['id']} is an inference product"
-        fallbacks = ", ".join(matrix.policy.get("training_fallback_cards", []))
-        refusals.append(f"{card['id']} cannot train ({why}); use --task inference, or a training card ({fallbacks})")
-
-    # shared nodes
-    shared: list[Node] = []
-    for row in dfam["nodes"]:
-        hit = next((h for h in row.get("host", [row["name"]]) if h in present_nodes), None)
-        if hit:
-            shared.append(_node(present_nodes[hit], hit, f"{container_dev}/{row['name']}"))
-        elif row["need"] == "required":
-            refusals.append(f"{opts.dev_root} lacks {row['name']}, which {dfam['id']}-family chips need (is the driver loaded?)")
-        elif row["need"] == "expected":
-            notes.append(f"{opts.dev_root}/{row['name']} not found; not mapped")
-    for row in dfam.get("node_dirs", []):
-        sub = os.path.join(opts.dev_root, row["dir"])
-        inside = _char_nodes(sub) if os.path.isdir(sub) else {}
-        for name, rec in sorted(inside.items()):
-            shared.append(_node(rec, f"{row['dir']}/{name}", f"{container_dev}/{row['dir']}/{name}"))
-        if not inside and row["need"] != "optional":
-            (refusals if row["need"] == "required" else notes).append(f"{sub}/ has no device nodes; not mapped")
-
-    # driver and mounts
-    ddir = hostfs.driver_dir(opts.root)
-    driver_mount = opts.driver_mount or dfam["driver_mount"]
-    if driver_mount not in ("lib64", "whole"):
-        raise ProvisionError(f"--driver-mount {driver_mount!r}: expected lib64 or whole")
-    driver_why = dfam["driver_mount_why"] if driver_mount == dfam["driver_mount"] else "chosen with --driver-mount"
-    if opts.mode == "runtime":
-        driver_mount = "lib64"
-        driver_why = "the Ascend runtime mounts driver/lib64, include and topo itself; only what it leaves out is added"
-    if ddir is None:
-        refusals.append(f"no Ascend driver under {opts.root} (looked for {', '.join('/' + d for d in hostfs.DRIVER_DIRS)})")
-        mounts: list[Mount] = []
-    else:
-        rel_driver = "/" + str(ddir.relative_to(opts.root)).strip("/")
-        mounts = _mounts(matrix, opts, dfam["id"], driver_mount, rel_driver, notes, refusals)
-    info = hostfs.driver_info(opts.root) or {}
-    driver = {
-        "version": info.get("Version"),
-        "mount": driver_mount,
-        "why": driver_why,
-        "dir": "/" + str(ddir.relative_to(opts.root)).strip("/") if ddir else None,
-    }
-
-    # rank table
-    env_extra: list[EnvVar] = []
-    if opts.rank_table:
-        path = os.path.abspath(opts.rank_table)
-        if not os.path.isfile(path) or os.path.islink(path):
-            raise ProvisionError(f"--rank-table {opts.rank_table}: not a regular file (HCCL refuses symlinks too)")
-        mounts.append(Mount("rank-table", path, settings["rank_table_path"], "file", "the HCCL rank table (hccl.json)"))
-        env_extra.append(EnvVar(settings["rank_table_env"], settings["rank_table_path"], None, "HCCL builds its communicator from this rank table"))
-        if opts.root != "/":
-            notes.append("--rank-table is mounted from this machine's path, not from under --root")
-
-    # image stack vs host driver
-    stack_summary = None
-    if opts.stack:
-        stack_summary = _check_stack(matrix, opts.stack, family, driver["version"], notes, refusals)
-
-    # chips already held by running containers
-    engine = opts.engine
-    if not opts.check_in_use:
-        pass
-    elif opts.engine_skipped:
-        notes.append(f"in-use check skipped: {opts.engine_skipped}")
-    elif engine is None or not engine.reachable:
-        reason = engine.note if engine is not None else "no Docker engine asked"
-        notes.append(f"in-use check skipped: {reason}")
-    elif chip_nodes:
-        real_dev = os.path.realpath(opts.dev_root) == os.path.realpath(container_dev)
-        chip_paths = {n.chip: os.path.join(opts.dev_root, n.name) for n in chip_nodes}
-        held = enginefacts.holders(engine.containers, chip_paths, settings["runtime_name"], settings["runtime_devices_env"], real_dev)
-        for chip, hs in held.items():
-            names = ", ".join(f"'{h.name}' ({h.id}{', via the Ascend runtime' if h.how == 'runtime' else ''})" for h in hs)
-            refusals.append(f"chip {chip} ({chip_paths[chip]}) is already mapped into running container {names}; a chip serves one container")
-        priv = enginefacts.privileged(engine.containers)
-        if priv:
-            notes.append(f"privileged container(s) {', '.join(priv)} can open every chip; check they are not using these")
-
+    ids, chip_nodes = _chips(opts, dfam, container_dev, refusals)
+    _check_training(matrix, opts, card, family, refusals)
+    shared = _shared_nodes(opts, dfam, container_dev, notes, refusals)
+    mounts, driver = _driver_and_mounts(matrix, opts, dfam, notes, refusals)
+    env_extra = _rank_table(opts, settings, mounts, notes)
+    stack_summary = _check_stack(matrix, opts.stack, family, driver["version"], notes, refusals) if opts.stack else None
+    _check_in_use(opts, settings, chip_nodes, notes, refusals)
     if refusals:
         raise PlanRefused(refusals)
 
-    # user and group
-    gids = sorted({n.gid for n in [*chip_nodes, *shared] if n.gid != 0 and n.mode & 0o006 != 0o006})
-    acct = hostfs.account(opts.root)
-    if gids:
-        named = " (HwHiAiUser)" if acct.get("gid") in gids else ""
-        group_why = (
-            f"the device nodes belong to group {','.join(map(str, gids))}{named} with mode "
-            f"0{chip_nodes[0].mode:o}; a non-root user in the image opens them through this group"
-            if chip_nodes else f"the device nodes belong to group {','.join(map(str, gids))}{named}"
-        )
-    else:
-        group_why = "the device nodes are root-owned or open to all; no group needed"
-        if acct.get("gid") is None:
-            notes.append("no HwHiAiUser group on the host; a non-root user in the image may not open the nodes")
-
-    # environment
+    gids, group_why = _group(opts, chip_nodes + shared, notes)
+    multi = opts.multi
     options = {
         "hccl_connect_timeout": opts.hccl_connect_timeout,
         "hccl_exec_timeout": opts.hccl_exec_timeout,
@@ -336,8 +216,7 @@ def plan(matrix, opts: Options) -> DevicePlan:
         "nproc_per_node": str(len(ids)),
     }
     env = _env(matrix, options, len(ids) * multi.nnodes > 1, multi.nnodes > 1) + env_extra
-    master_port = next((e.value for e in env if e.name == "MASTER_PORT"), None)
-    multi = replace(multi, master_port=master_port)
+    multi = replace(multi, master_port=next((e.value for e in env if e.name == "MASTER_PORT"), None))
 
     runtime_env: list[tuple[str, str]] = []
     if opts.mode == "runtime":
@@ -371,6 +250,144 @@ def plan(matrix, opts: Options) -> DevicePlan:
         dev_root=opts.dev_root,
         notes=tuple(notes),
         stack=stack_summary,
+    )
+
+
+def _check_input(opts: Options) -> None:
+    if not os.path.isdir(opts.dev_root):
+        raise ProvisionError(f"--dev-root {opts.dev_root}: no such directory")
+    if not os.path.isdir(opts.root):
+        raise ProvisionError(f"--root {opts.root}: no such directory")
+    if opts.mode not in ("devices", "runtime"):
+        raise ProvisionError(f"--mode {opts.mode!r}: expected devices or runtime")
+    if opts.driver_mount not in (None, "lib64", "whole"):
+        raise ProvisionError(f"--driver-mount {opts.driver_mount!r}: expected lib64 or whole")
+    if opts.shm_size:
+        shm_bytes(opts.shm_size)
+    m = opts.multi
+    if m.nnodes < 1 or not 0 <= m.node_rank < m.nnodes:
+        raise ProvisionError(f"--node-rank {m.node_rank} must be in 0..{m.nnodes - 1} (--nnodes {m.nnodes})")
+
+
+def _chips(opts: Options, dfam: dict, container_dev: str, refusals: list[str]) -> tuple[list[int], list[Node]]:
+    """The selected ids and the nodes of those the host has."""
+    chip_re = _chip_regex(dfam["chip_node"])
+    present = {int(m[1]): rec for name, rec in _char_nodes(opts.dev_root).items() if (m := chip_re.match(name))}
+    ids = devspec.parse(opts.devices, sorted(present))
+    missing = [i for i in ids if i not in present]
+    if missing:
+        have = devspec.format_ids(sorted(present)) if present else "none"
+        refusals.append(
+            f"chip {devspec.format_ids(missing)} not found: {opts.dev_root} has no "
+            f"{', '.join(dfam['chip_node'].format(id=i) for i in missing)} (chips present: {have})"
+        )
+    nodes = []
+    for i in ids:
+        if i in present:
+            name = dfam["chip_node"].format(id=i)
+            nodes.append(_node(present[i], name, f"{container_dev}/{name}", i))
+    return ids, nodes
+
+
+def _check_training(matrix, opts: Options, card: dict, family: dict, refusals: list[str]) -> None:
+    if opts.task != "train" or (family["training"] and card.get("training", True)):
+        return
+    why = family.get("training_note") or f"{card['id']} is not a training product"
+    if card.get("training") is False and family["training"]:
+        why = card.get("notes") or f"{card['id']} is an inference product"
+    fallbacks = ", ".join(matrix.policy.get("training_fallback_cards", []))
+    refusals.append(f"{card['id']} cannot train ({why}); use --task inference, or a training card ({fallbacks})")
+
+
+def _shared_nodes(opts: Options, dfam: dict, container_dev: str, notes: list[str], refusals: list[str]) -> list[Node]:
+    """The family's manager nodes (first host candidate present) and every node of its node directories."""
+    present = _char_nodes(opts.dev_root)
+    out: list[Node] = []
+    for row in dfam["nodes"]:
+        hit = next((h for h in row.get("host", [row["name"]]) if h in present), None)
+        if hit:
+            out.append(_node(present[hit], hit, f"{container_dev}/{row['name']}"))
+        elif row["need"] == "required":
+            refusals.append(f"{opts.dev_root} lacks {row['name']}, which {dfam['id']}-family chips need (is the driver loaded?)")
+        elif row["need"] == "expected":
+            notes.append(f"{opts.dev_root}/{row['name']} not found; not mapped")
+    for row in dfam.get("node_dirs", []):
+        sub = os.path.join(opts.dev_root, row["dir"])
+        inside = _char_nodes(sub) if os.path.isdir(sub) else {}
+        for name, rec in sorted(inside.items()):
+            out.append(_node(rec, f"{row['dir']}/{name}", f"{container_dev}/{row['dir']}/{name}"))
+        if not inside and row["need"] != "optional":
+            (refusals if row["need"] == "required" else notes).append(f"{sub}/ has no device nodes; not mapped")
+    return out
+
+
+def _driver_and_mounts(matrix, opts: Options, dfam: dict, notes: list[str], refusals: list[str]) -> tuple[list[Mount], dict]:
+    ddir = hostfs.driver_dir(opts.root)
+    choice = opts.driver_mount or dfam["driver_mount"]
+    why = dfam["driver_mount_why"] if choice == dfam["driver_mount"] else "chosen with --driver-mount"
+    if opts.mode == "runtime":
+        choice = "lib64"
+        why = "the Ascend runtime mounts driver/lib64, include and topo itself; only what it leaves out is added"
+    rel_driver = "/" + str(ddir.relative_to(opts.root)).strip("/") if ddir else None
+    if rel_driver is None:
+        refusals.append(f"no Ascend driver under {opts.root} (looked for {', '.join('/' + d for d in hostfs.DRIVER_DIRS)})")
+        mounts: list[Mount] = []
+    else:
+        mounts = _mounts(matrix, opts, dfam["id"], choice, rel_driver, notes, refusals)
+    version = (hostfs.driver_info(opts.root) or {}).get("Version")
+    return mounts, {"version": version, "mount": choice, "why": why, "dir": rel_driver}
+
+
+def _rank_table(opts: Options, settings: dict, mounts: list[Mount], notes: list[str]) -> list[EnvVar]:
+    """--rank-table: mount the file read-only and point RANK_TABLE_FILE at it."""
+    if not opts.rank_table:
+        return []
+    path = os.path.abspath(opts.rank_table)
+    if not os.path.isfile(path) or os.path.islink(path):
+        raise ProvisionError(f"--rank-table {opts.rank_table}: not a regular file (HCCL refuses symlinks too)")
+    mounts.append(Mount("rank-table", path, settings["rank_table_path"], "file", "the HCCL rank table (hccl.json)", local=True))
+    if opts.root != "/":
+        notes.append("--rank-table is mounted from this machine's path, not from under --root")
+    return [EnvVar(settings["rank_table_env"], settings["rank_table_path"], None, "HCCL builds its communicator from this rank table")]
+
+
+def _check_in_use(opts: Options, settings: dict, chip_nodes: list[Node], notes: list[str], refusals: list[str]) -> None:
+    from provisioner import enginefacts
+
+    engine = opts.engine
+    if not opts.check_in_use:
+        return
+    if opts.engine_skipped:
+        notes.append(f"in-use check skipped: {opts.engine_skipped}")
+        return
+    if engine is None or not engine.reachable:
+        notes.append(f"in-use check skipped: {engine.note if engine is not None else 'no Docker engine asked'}")
+        return
+    # The runtime maps the host's real nodes, so its ids only count when the dev root is the real one.
+    real_dev = os.path.realpath(opts.dev_root) == os.path.realpath(settings["container_dev"])
+    chip_paths = {n.chip: os.path.join(opts.dev_root, n.name) for n in chip_nodes}
+    held = enginefacts.holders(engine.containers, chip_paths, settings["runtime_name"], settings["runtime_devices_env"], real_dev)
+    for chip, hs in held.items():
+        names = ", ".join(f"'{h.name}' ({h.id}{', via the Ascend runtime' if h.how == 'runtime' else ''})" for h in hs)
+        refusals.append(f"chip {chip} ({chip_paths[chip]}) is already mapped into running container {names}; a chip serves one container")
+    priv = enginefacts.privileged(engine.containers)
+    if priv:
+        notes.append(f"privileged container(s) {', '.join(priv)} can open every chip; check they are not using these")
+
+
+def _group(opts: Options, nodes: list[Node], notes: list[str]) -> tuple[list[int], str]:
+    """Groups that own nodes not open to everyone: added so a non-root user in the image can open them."""
+    gids = sorted({n.gid for n in nodes if n.gid != 0 and n.mode & 0o006 != 0o006})
+    acct = hostfs.account(opts.root)
+    if not gids:
+        if acct.get("gid") is None:
+            notes.append(f"no {acct['user']} group on the host; a non-root user in the image may not open the nodes")
+        return [], "the device nodes are root-owned or open to all; no group needed"
+    named = f" ({acct['user']})" if acct.get("gid") in gids else ""
+    modes = sorted({f"0{n.mode:o}" for n in nodes if n.gid in gids})
+    return gids, (
+        f"the device nodes belong to group {','.join(map(str, gids))}{named} with mode {','.join(modes)};"
+        " a non-root user in the image opens them through this group"
     )
 
 

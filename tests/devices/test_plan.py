@@ -141,6 +141,9 @@ def test_rank_table_is_mounted_and_named(make_plan, tmp_path):
     table.write_text("{}")
     plan = make_plan("plan-800ta2-8", "800T-A2", "0-7", rank_table=str(table))
     assert mounts(plan)["rank-table"] == (str(table), "/etc/provision/hccl.json")
+    rank = next(m for m in plan.mounts if m.id == "rank-table")
+    assert plan.host_path(rank) == str(table)  # this machine's file, not one under --root
+    assert "--rank-table is mounted from this machine's path" in plan.notes[0]
     assert {e.name: e.value for e in plan.env}["RANK_TABLE_FILE"] == "/etc/provision/hccl.json"
     link = tmp_path / "link.json"
     link.symlink_to(table)
