@@ -273,6 +273,13 @@ def _chips(opts: Options, dfam: dict, container_dev: str, refusals: list[str]) -
     """The selected ids and the nodes of those the host has."""
     chip_re = _chip_regex(dfam["chip_node"])
     present = {int(m[1]): rec for name, rec in _char_nodes(opts.dev_root).items() if (m := chip_re.match(name))}
+    if not present:
+        # Nothing else is worth listing: no chip nodes means no loaded driver (or the wrong --dev-root).
+        if opts.devices.strip().lower() != "all":
+            devspec.parse(opts.devices)  # a malformed spec is still reported as such
+        pattern = dfam["chip_node"].format(id="N")
+        raise PlanRefused([f"no {pattern} device nodes under {opts.dev_root}: is the Ascend driver installed and loaded?"
+                           " (--dev-root reads another place)"])
     ids = devspec.parse(opts.devices, sorted(present))
     missing = [i for i in ids if i not in present]
     if missing:

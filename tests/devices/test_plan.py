@@ -261,3 +261,13 @@ def test_bad_input(shipped, plan_hosts, kw, fragment):
 def test_missing_dev_root(shipped, tmp_path):
     with pytest.raises(ProvisionError, match="--dev-root .*: no such directory"):
         devices.plan(shipped, devices.Options(card="300T-A2", devices="0", dev_root=str(tmp_path / "nope")))
+
+
+@pytest.mark.parametrize("spec", ["0", "all"])
+def test_a_machine_without_chips_gets_one_reason(shipped, plan_hosts, tmp_path, spec):
+    h = plan_hosts["plan-300ta2-4"]
+    with pytest.raises(PlanRefused) as err:
+        devices.plan(shipped, devices.Options(card="300T-A2", devices=spec, root=str(h.root), dev_root=str(tmp_path)))
+    assert err.value.reasons == [
+        f"no davinciN device nodes under {tmp_path}: is the Ascend driver installed and loaded? (--dev-root reads another place)"
+    ]
