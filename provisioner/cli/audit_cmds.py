@@ -1,4 +1,4 @@
-"""`provision audit`: what is wrong with a host before a run dies on it."""
+"""`provision audit` (a host) and `provision doctor` (inside a container)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from provisioner.cli.common import emit_json, json_option, matrix_option
 
 def register(group: click.Group) -> None:
     group.add_command(audit_cmd)
+    group.add_command(doctor_cmd)
 
 
 def _root_options(f):
@@ -73,4 +74,30 @@ def audit_cmd(root, dev_root, card, task, mode, image, npu_smi_output, npu_smi_t
         emit_json(result)
     else:
         click.echo(audit_report.render_audit(result))
+    return result["exit_code"]
+
+
+@click.command("doctor")
+@_root_options
+@click.option("--stack-file", type=click.Path(), metavar="FILE",
+              help="The image's stack JSON (default: $PROVISION_STACK, then /etc/provision/stack.json).")
+@click.option("--timeout", type=click.FloatRange(min=1), default=180.0, show_default=True,
+              help="Seconds allowed for importing torch and torch_npu.")
+@matrix_option
+@json_option
+def doctor_cmd(root, dev_root, stack_file, timeout, overlays, as_json):
+    """Inside a container: can a training run start here? torch/torch_npu, CANN, driver, devices, bf16, HCCL.
+
+    Exit code 0 when clean, 1 with warnings, 2 with errors. Works (and says so)
+    on a machine with no NPU.
+    """
+    from provisioner import audit_report, doctor, matrix
+
+    _check_root(root, dev_root)
+    m = matrix.load(list(overlays))
+    result = doctor.run(root, dev_root, stack_file=stack_file, matrix=m, timeout=timeout)
+    if as_json:
+        emit_json(result)
+    else:
+        click.echo(audit_report.render_doctor(result))
     return result["exit_code"]
