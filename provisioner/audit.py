@@ -247,6 +247,9 @@ def check_stack_presence(ctx: AuditContext):
     elif not drv.get("version"):
         yield warning("driver-version-unknown", f"{drv['dir']}/version.info has no Version key",
                       "reinstall the driver package")
+    elif not _parsable(drv["version"]):
+        yield warning("driver-version-unparsable", f"driver version {drv['version']!r} ({drv['dir']}/version.info)"
+                      " is not a version; nothing can be checked against it", "reinstall the driver package")
     if len(drv.get("roots") or []) > 1:
         yield warning("driver-roots-multiple", f"driver directories in several places: {', '.join(drv['roots'])}",
                       f"remove the stale one; {drv['dir']} is the one read here")
@@ -255,10 +258,18 @@ def check_stack_presence(ctx: AuditContext):
                    f"mount {drv['dir']} into containers at /usr/local/Ascend/driver")
 
 
+def _parsable(text: str | None) -> bool:
+    try:
+        V(text)  # type: ignore[arg-type]
+        return True
+    except VersionError:
+        return False
+
+
 def check_driver_cann(ctx: AuditContext):
     driver = ctx.driver_version
-    if not driver:
-        return
+    if not driver or not _parsable(driver):
+        return  # check_stack_presence reports a missing or unreadable version
     card_hint = _card_flag(ctx)
     for inst in ctx.canns:
         what = f"CANN {inst['version']} ({inst['kind']}, {inst['info_file']})"
@@ -319,9 +330,17 @@ def _hdk_for(matrix, driver: str) -> dict | None:
 
 def check_firmware(ctx: AuditContext):
     driver, fw = ctx.driver_version, ctx.firmware
-    if not driver:
+    if fw is not None and not fw.get("version"):
+        yield warning("firmware-version-unknown", f"{fw['dir']}/version.info is missing or has no Version key",
+                      "reinstall the firmware package (same Ascend HDK release as the driver)")
         return
-    if not fw or not fw.get("version"):
+    if fw is not None and not _parsable(fw["version"]):
+        yield warning("firmware-version-unparsable", f"firmware version {fw['version']!r} is not a version;"
+                      " the firmware-driver match was not checked", "reinstall the firmware package")
+        return
+    if not driver or not _parsable(driver):
+        return
+    if not fw:
         yield info("firmware-version-unknown", "no firmware version.info (/usr/local/Ascend/firmware); the"
                    " firmware-driver match was not checked", "if the NPU fails to start, check the firmware package")
         return
