@@ -2,6 +2,7 @@
 
 import copy
 import json
+import shutil
 
 import pytest
 
@@ -214,3 +215,91 @@ def test_findings_exit_code_rule():
     assert f.error("x", "two\nlines", "fix\n it").message == "two lines"
     with pytest.raises(ValueError):
         f.Finding("fatal", "x", "y")
+
+
+# --------------------------------------------------- seed-800ta2, one change at a time
+
+
+def _rm(p):
+    shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+
+
+def _move_driver(root):
+    (root / "usr/local/npu").mkdir(parents=True)
+    shutil.move(root / "usr/local/Ascend/driver", root / "usr/local/npu/driver")
+
+
+def _copy_driver(root):
+    shutil.copytree(root / "usr/local/Ascend/driver", root / "usr/local/npu/driver")
+
+
+def _edit(path, old, new):
+    path.write_text(path.read_text().replace(old, new))
+
+
+def _no_ranges(root):
+    (root / "usr/local/Ascend/driver/version.info").write_text("Version=25.2.0\n")
+    (root / "usr/local/Ascend/firmware/version.info").write_text("Version=7.8.0.5.216\n")
+
+
+MUTATIONS = {
+    "no driver, no CANN": (lambda r, d: (_rm(r / "usr/local/Ascend/driver"), _rm(r / "usr/local/Ascend/ascend-toolkit")),
+                           ("error", "driver-missing")),
+    "driver under /usr/local/npu": (lambda r, d: _move_driver(r), ("info", "driver-alternative-root")),
+    "two driver roots": (lambda r, d: _copy_driver(r), ("warning", "driver-roots-multiple")),
+    "x86_64 toolkit": (lambda r, d: _edit(r / "usr/local/Ascend/ascend-toolkit/8.2.RC1/aarch64-linux/"
+                                          "ascend_toolkit_install.info", "arch=aarch64", "arch=x86_64"),
+                       ("warning", "cann-arch-mismatch")),
+    "no HwHiAiUser user": (lambda r, d: (r / "etc/passwd").write_text("root:x:0:0::/root:/bin/sh\n"),
+                           ("info", "hwhiaiuser-user-missing")),
+    "no HwHiAiUser at all": (lambda r, d: ((r / "etc/passwd").write_text("root:x:0:0::/root:/bin/sh\n"),
+                                           (r / "etc/group").write_text("root:x:0:\n")),
+                             ("warning", "hwhiaiuser-missing")),
+    "broken daemon.json": (lambda r, d: (r / "etc/docker/daemon.json").write_text("{oops"),
+                           ("warning", "docker-daemon-json-invalid")),
+    "no davinci nodes": (lambda r, d: [_rm(p) for p in d.glob("davinci[0-9]*")], ("error", "device-nodes-missing")),
+    "no stated ranges": (lambda r, d: _no_ranges(r), ("info", "firmware-range-unknown")),
+    "firmware file empty": (lambda r, d: (r / "usr/local/Ascend/firmware/version.info").write_text(""),
+                            ("warning", "firmware-version-unknown")),
+}
+
+
+@pytest.mark.parametrize("what", sorted(MUTATIONS))
+def test_one_change_one_finding(what, audit_host, matrix):
+    h = audit_host("seed-800ta2")
+    change, expect = MUTATIONS[what]
+    change(h.root, h.dev_root)
+    rep = host.probe(h.root, h.dev_root, runtime_mounts=audit.runtime_mounts(matrix), chip_rows=matrix.rows("chips"))
+    doc = audit.audit(rep, matrix)
+    assert expect in ids(doc), ids(doc)
+    assert "check-crashed" not in [i for _, i in ids(doc)]
+
+
+def test_runtime_registered_but_not_default(audit_host, matrix):
+    h = audit_host("seed-800ta2")
+    _edit(h.root / "etc/docker/daemon.json", '"default-runtime": "ascend",', "")
+    rep = host.probe(h.root, h.dev_root, chip_rows=matrix.rows("chips"))
+    doc = audit.audit(rep, matrix, audit.AuditOptions(mode="runtime"))
+    assert ("info", "ascend-runtime-not-default") in ids(doc) and doc["exit_code"] == 0
+
+
+def test_image_on_a_host_without_driver(matrix, audit_host):
+    h = audit_host("broken-no-driver")
+    rep = host.probe(h.root, h.dev_root, chip_rows=matrix.rows("chips"))
+    stack = resolved(matrix, card="800T-A2", arch="aarch64")
+    doc = image_doc(matrix, rep, stack)
+    assert [f["id"] for f in doc["findings"]] == ["image-no-driver", "image-recommendation"]
+    assert doc["findings"][1]["message"] == ("the matrix has no stack for this host: the host's chip family is not"
+                                             " known (pass --card)")
+    doc = image_doc(matrix, rep, stack, card="800T-A2")
+    rec = doc["image"]["recommended"]
+    assert rec["request"] == {"card": "800T-A2", "driver": None, "arch": "aarch64", "task": "train",
+                              "framework": "pytorch"}
+    assert f"the matrix recommends CANN {rec['stack']['cann']['version']}" in doc["findings"][1]["message"]
+
+
+def test_npu_unavailable_from_mapping(matrix):
+    rep = _report(npu_smi={"source": "file", "chips": [], "info": None, "notes": [], "error": None,
+                           "mapping": {"rows": [{"npu": -1, "chip": 2, "logic_id": None, "name": "x", "mcu": False}]}})
+    doc = audit.audit(rep, matrix, checks=[("n", audit.check_npu_smi)])
+    assert ids(doc) == [("warning", "npu-unavailable")]
