@@ -294,30 +294,40 @@ def _name_keys(name: str) -> list[str]:
 
 
 def classify(name: str | None, memory_mb: int | None, chip_rows: list[dict]) -> dict:
-    """Chip model and family for an npu-smi name (and memory), from matrix `chips` rows.
+    """Chip model and family for an npu-smi name and its memory, from matrix `chips` rows.
 
     Returns {model, family, note}; model/family are None for an unknown name.
-    The names come from the matrix: note that plain "910B" is listed under the
-    first-generation 910 (an A2 chip always has a digit after the B).
+    The name picks the rows (exact, then without an "Ascend" prefix and
+    spaces); when several rows carry the name, the memory decides (the row
+    whose hbm_mb is nearest). Plain "910B" is listed under the first-generation
+    910 in the matrix: an A2 chip always has a digit after the B.
     """
     if not name:
         return {"model": None, "family": None, "note": "no chip name"}
-    exact: dict[str, dict] = {}
+    index: dict[str, list[dict]] = {}
     for row in chip_rows:
         for n in [*row.get("npu_smi_names", []), *row.get("soc_names", [])]:
-            exact.setdefault(n.strip().lower(), row)
-    hit = None
-    for key in _name_keys(name):
-        hit = exact.get(key)
-        if hit:
+            bucket = index.setdefault(n.strip().lower(), [])
+            if row not in bucket:
+                bucket.append(row)
+    keys = _name_keys(name)
+    hits: list[dict] = []
+    for key in keys:
+        hits = index.get(key, [])
+        if hits:
             break
-    if hit is None:
-        for key in _name_keys(name)[1:]:
-            hit = next((r for n, r in exact.items() if n.replace(" ", "") == key), None)
-            if hit:
+    if not hits:
+        for key in keys[1:]:
+            hits = [r for n, rows in index.items() if n.replace(" ", "") == key for r in rows]
+            if hits:
                 break
-    if hit is None:
+    if not hits:
         return {"model": None, "family": None, "note": f"chip name {name!r} is not in the matrix"}
+    hit = hits[0]
+    if len(hits) > 1 and memory_mb:
+        sized = [r for r in hits if r.get("hbm_mb")]
+        if sized:
+            hit = min(sized, key=lambda r: abs(r["hbm_mb"] - memory_mb))
     note = None
     expected = hit.get("hbm_mb")
     if expected and memory_mb and abs(memory_mb - expected) > expected * 0.1:

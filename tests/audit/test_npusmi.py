@@ -161,3 +161,11 @@ def test_classify_notes_unexpected_memory(matrix):
     cls = npusmi.classify("910B4", 65536, matrix.rows("chips"))
     assert cls["family"] == "910b" and "65536 MB" in cls["note"] and "32768" in cls["note"]
     assert npusmi.classify("910B4", 32768, matrix.rows("chips"))["note"] is None
+
+
+def test_memory_decides_between_rows_with_the_same_name(matrix):
+    # An overlay that lists "910B" for an A2 model too (as some tools do): 32 GB stays first-generation.
+    rows = [*matrix.rows("chips"), {"model": "910B-A2-guess", "family": "910b", "npu_smi_names": ["910B"], "hbm_mb": 65536}]
+    assert npusmi.classify("910B", 32768, rows)["family"] == "910"
+    assert npusmi.classify("910B", 65536, rows)["family"] == "910b"
+    assert npusmi.classify("910B", None, rows)["family"] == "910"  # without memory: the matrix's first row
