@@ -102,14 +102,12 @@ class AuditContext:
             return fam
 
 
-def _chip_label(chips: list[dict]) -> str:
-    parts = []
-    for c in chips:
-        label = f"NPU {c['npu']}"
-        if c.get("chip") is not None and any(o is not c and o["npu"] == c["npu"] for o in chips):
-            label += f" chip {c['chip']}"
-        parts.append(label)
-    return ", ".join(parts)
+def _chip_label(chips: list[dict], host_chips: list[dict] | None = None) -> str:
+    """'NPU 3' or, where an NPU holds several chips on this host (A3, 310 cards), 'NPU 3 chip 1'."""
+    every = host_chips if host_chips is not None else chips
+    npus = [c["npu"] for c in every]
+    return ", ".join(f"NPU {c['npu']}" + (f" chip {c['chip']}" if c.get("chip") is not None and npus.count(c["npu"]) > 1
+                                           else "") for c in chips)
 
 
 # ------------------------------------------------------------ driver fit
@@ -438,17 +436,17 @@ def check_chip_health(ctx: AuditContext):
     warn = [c for c in ctx.chips if (c.get("health") or "").upper() == "WARNING"]
     if bad:
         states = ", ".join(sorted({c["health"] for c in bad}))
-        yield error("chip-unhealthy", f"{_chip_label(bad)}: health {states}",
+        yield error("chip-unhealthy", f"{_chip_label(bad, ctx.chips)}: health {states}",
                     "exclude these chips from jobs; check `npu-smi info -t health -i <npu>` and the device logs")
     if warn:
-        yield warning("chip-health-warning", f"{_chip_label(warn)}: health Warning",
+        yield warning("chip-health-warning", f"{_chip_label(warn, ctx.chips)}: health Warning",
                       "see `npu-smi info -t health -i <npu>`; avoid these chips for long runs until cleared")
 
 
 def check_chip_busy(ctx: AuditContext):
     busy = [c for c in ctx.chips if c.get("processes")]
     if busy:
-        procs = "; ".join(f"{_chip_label([c])}: " + ", ".join(f"pid {p['pid']} {p['name']}" for p in c["processes"])
+        procs = "; ".join(f"{_chip_label([c], ctx.chips)}: " + ", ".join(f"pid {p['pid']} {p['name']}" for p in c["processes"])
                           for c in busy)
         yield warning("chip-busy", f"chip(s) in use: {procs}",
                       "a chip serves one container at a time (npu-smi/dcmi -8005 otherwise): stop those processes or"
@@ -459,13 +457,13 @@ def check_chip_family(ctx: AuditContext):
     unknown = [c for c in ctx.chips if not c.get("family")]
     if unknown:
         names = sorted({c["name"] for c in unknown})
-        yield warning("chip-unknown", f"chip name(s) {', '.join(names)} not in the matrix ({_chip_label(unknown)})",
+        yield warning("chip-unknown", f"chip name(s) {', '.join(names)} not in the matrix ({_chip_label(unknown, ctx.chips)})",
                       "pass --card to say what the host is, or add the name to a matrix overlay (chips: npu_smi_names)")
     notes = sorted({c["class_note"] for c in ctx.chips if c.get("family") and c.get("class_note")})
     for note in notes:
         yield info("chip-memory-unexpected", note)
     if len(ctx.families) > 1:
-        per = "; ".join(f"{ctx.family_name(f)}: {_chip_label([c for c in ctx.chips if c.get('family') == f])}"
+        per = "; ".join(f"{ctx.family_name(f)}: {_chip_label([c for c in ctx.chips if c.get('family') == f], ctx.chips)}"
                         for f in ctx.families)
         yield warning("chips-mixed-families", f"chips of different families on one host ({per})",
                       "give each job chips of one family only (select /dev/davinciN per job); images are per family")
@@ -484,7 +482,7 @@ def check_training(ctx: AuditContext):
         chips = [c for c in ctx.chips if c.get("family") == fam]
         note = row.get("training_note") or "an inference chip"
         fallback = ", ".join(ctx.matrix.policy.get("training_fallback_cards", []))
-        yield error("chip-inference-only", f"{_chip_label(chips)} ({row['name']}) cannot train: {note}",
+        yield error("chip-inference-only", f"{_chip_label(chips, ctx.chips)} ({row['name']}) cannot train: {note}",
                     f"train on a training product ({fallback}); keep this host for inference (--task inference)")
 
 

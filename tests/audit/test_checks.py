@@ -303,3 +303,10 @@ def test_npu_unavailable_from_mapping(matrix):
                            "mapping": {"rows": [{"npu": -1, "chip": 2, "logic_id": None, "name": "x", "mcu": False}]}})
     doc = audit.audit(rep, matrix, checks=[("n", audit.check_npu_smi)])
     assert ids(doc) == [("warning", "npu-unavailable")]
+
+
+def test_busy_chip_on_a3_names_the_die(matrix):
+    chips = [dict(_chip(n // 2, "Ascend910", "a3"), chip=n % 2, phy_id=n) for n in range(4)]
+    chips[3]["processes"] = [{"pid": 42, "name": "python"}]
+    doc = audit.audit(_report(npu_smi={"source": "file", "chips": chips}), matrix, checks=[("b", audit.check_chip_busy)])
+    assert doc["findings"][0]["message"] == "chip(s) in use: NPU 1 chip 1: pid 42 python"
