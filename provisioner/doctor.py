@@ -143,7 +143,8 @@ def gather(root: str | Path = "/", dev_root: str | Path | None = None, env: dict
     live = root.resolve() == Path("/")
     dev = Path(dev_root) if dev_root is not None else host.default_dev_root(root)
     facts: dict = {"root": str(root), "dev_root": str(dev), "live": live, "python": sys.version.split()[0]}
-    facts["in_container"] = hostfs.under(root, "/.dockerenv").exists() or "ASCEND_DOCKER_RUNTIME" in env
+    facts["in_container"] = (hostfs.under(root, "/.dockerenv").exists() or hostfs.under(root, "/run/.containerenv").exists()
+                             or "ASCEND_DOCKER_RUNTIME" in env)
     facts["stack"] = load_stack(root, env, stack_file)
     facts["cann"] = host.find_cann(root)
     facts["driver"] = host.driver_facts(root)
@@ -358,7 +359,7 @@ def check_devices(ctx: DoctorContext):
                     " --runtime ascend -e ASCEND_VISIBLE_DEVICES=...; `provision run-cmd` writes the line")
         return
     names = {n["name"] for n in dev.get("nodes", [])}
-    missing = [n for n in ("davinci_manager", "devmm_svm", "hisi_hdc") if n not in names]
+    missing = [n for n in _needed_nodes(ctx) if n not in names]
     if missing:
         yield error("device-nodes-missing", f"/dev/{', /dev/'.join(missing)} not in the container",
                     "add --device for each (the runtime adds them); without them the NPU cannot be opened")
@@ -384,6 +385,24 @@ def check_devices(ctx: DoctorContext):
             yield warning("rt-visible-devices-invalid",
                           f"ASCEND_RT_VISIBLE_DEVICES={rt}: must be ascending container-local ids below {len(ids)}",
                           "use 0..N-1 in ascending order, or unset it")
+
+
+DEFAULT_NODES = ("davinci_manager", "devmm_svm", "hisi_hdc")
+
+
+def _needed_nodes(ctx: DoctorContext) -> tuple[str, ...]:
+    """Manager nodes for the chip family: the image's Stack says it, else torch_npu's device name, else the
+    910/A2/A3/310P set."""
+    if ctx.matrix is None:
+        return DEFAULT_NODES
+    family = (ctx.stack.get("chip") or {}).get("family") if isinstance(ctx.stack.get("chip"), dict) else None
+    name = (ctx.torch.get("npu") or {}).get("name")
+    if not family and name:
+        from provisioner.npusmi import classify
+
+        family = classify(name, None, ctx.matrix.rows("chips"))["family"]
+    row = next((r for r in ctx.matrix.rows("audit_device_nodes") if r["family"] == family), None)
+    return tuple(row["nodes"]) if row else DEFAULT_NODES
 
 
 def _expand(text: str) -> list[int] | None:

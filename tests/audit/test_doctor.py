@@ -223,3 +223,13 @@ def test_torch_npu_installed_but_no_cann(torch_npu_target, tmp_path, matrix):
         f"torch {t['torch']['version']} with torch_npu 2.13.0 (it requires torch==2.13.0.*)")
     assert found["torch-npu-import-failed"]["remedy"].startswith("CANN is missing in this container")
     assert "torch-npu-missing" not in found and doc["exit_code"] == 2
+
+
+def test_manager_nodes_follow_the_chip_family(matrix):
+    facts = {"devices": {"davinci_ids": [0], "nodes": [{"name": "davinci0"}, {"name": "davinci_manager"},
+                                                        {"name": "hisi_hdc"}]},
+             "torch": {"npu": {}}, "stack": {"stack": {"chip": {"family": "950"}}}}
+    assert list(doctor.check_devices(doctor.DoctorContext(facts, matrix))) == []  # 950 has no devmm_svm
+    facts["stack"] = {"stack": None}
+    [f] = list(doctor.check_devices(doctor.DoctorContext(facts, matrix)))
+    assert (f.id, f.message) == ("device-nodes-missing", "/dev/devmm_svm not in the container")
