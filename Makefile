@@ -34,6 +34,7 @@ demo: venv
 
 bench: venv
 	$(BIN)/python benchmarks/cli_start.py
+	$(BIN)/python benchmarks/audit_speed.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

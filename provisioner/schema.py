@@ -408,6 +408,42 @@ SECTIONS: dict[str, Section] = {
         dict(NOTES),
         doc="fixed names the device renderers use (CDI kind and version, runtime name, container paths)",
     ),
+    "audit_limits": Section(
+        "id",
+        {"id": STR, "value": INT},
+        {"unit": opt(STR), **NOTES},
+        doc="thresholds the host audit and the doctor warn at",
+    ),
+    "audit_device_nodes": Section(
+        "family",
+        {"family": STR, "nodes": list_of(STR)},
+        dict(NOTES),
+        doc="device nodes besides /dev/davinciN a container of each chip family needs",
+    ),
+    "audit_runtime_mounts": Section(
+        "path",
+        {"path": STR},
+        dict(NOTES),
+        doc="host paths Ascend Docker Runtime mounts by default (checked for group/other-writable parents)",
+    ),
+    "audit_libraries": Section(
+        "name",
+        {
+            "name": STR,
+            "provided_by": enum("driver", "cann", "dcmi"),
+            "dirs": list_of(STR),
+            "severity": enum("error", "warning", "info"),
+            "fix": STR,
+        },
+        dict(NOTES),
+        doc="shared libraries the doctor loads inside a container, and the fix when one is missing",
+    ),
+    "audit_env": Section(
+        "name",
+        {"name": STR, "kind": enum("int", "ip", "ifname", "ids")},
+        {"min": opt(INT), "max": opt(INT), **NOTES},
+        doc="launch variables the doctor validates (HCCL_*, ASCEND_RT_VISIBLE_DEVICES)",
+    ),
 }
 
 # Fields of a profile's `constraints` mapping: they mirror `provision resolve` options.

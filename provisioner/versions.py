@@ -43,7 +43,9 @@ class V:
             raise VersionError(f"not a version: {text!r}")
         self.text = text.strip()
         body, _, local = self.text.lower().partition("+")
-        if not re.fullmatch(r"v?\d+([._-]?[0-9a-z]+)*", body):
+        # One alphanumeric per repetition: the same language as (sep? alnum+)* without its
+        # exponential backtracking on long invalid strings.
+        if not re.fullmatch(r"v?\d+(?:[._-]?[0-9a-z])*", body):
             raise VersionError(f"not a version: {text!r}")
         tokens = _TOKEN.findall(body.lstrip("v"))
         release: list[int] = []
