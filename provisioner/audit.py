@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from provisioner.findings import Finding, counts, error, exit_code, info, ordered, run_checks, warning
-from provisioner.versions import Spec, V, VersionError, any_match
+from provisioner.versions import Spec, V, VersionError, any_match, is_patch_of
 
 SCHEMA = "provision.audit/1"
 MODES = ("runtime", "devices", "cdi")
@@ -133,16 +133,6 @@ def _lowest(row: dict) -> V | None:
     return min(lows) if lows else None
 
 
-def _is_patch_of(driver: V, listed: V) -> bool:
-    """25.0.rc1.1 is a patch build of 25.0.RC1; 24.1.0.3 of 24.1.0."""
-    n = len(listed.release)
-    if driver.release[:n] != listed.release or driver == listed:
-        return False
-    if len(driver.release) > n:
-        return not listed.chain
-    return driver.chain[: len(listed.chain)] == listed.chain and len(driver.chain) > len(listed.chain)
-
-
 def driver_verdict(driver: str, cann_row: dict, matrix) -> tuple[str, str]:
     """How a host driver fits a CANN row: (verdict, detail).
 
@@ -154,8 +144,6 @@ def driver_verdict(driver: str, cann_row: dict, matrix) -> tuple[str, str]:
 
     fit = driver_fit(driver, cann_row, matrix)
     row = hdk_row(matrix, cann_row)[0] if matrix is not None else cann_row
-    if fit != "no":
-        return fit, ""
     d = V(driver)
     listed = []
     for item in _exact_listed(row):
@@ -163,9 +151,11 @@ def driver_verdict(driver: str, cann_row: dict, matrix) -> tuple[str, str]:
             listed.append(V(item))
         except VersionError:
             continue
-    for lv in listed:
-        if _is_patch_of(d, lv):
-            return "patch", f"a patch build of the listed {lv}"
+    if fit == "ok":
+        base = next((lv for lv in listed if is_patch_of(d, lv)), None)
+        return ("patch", f"a patch build of the listed {base}") if base and d not in listed else ("ok", "")
+    if fit != "no":
+        return fit, ""
     same_line = [lv for lv in listed if lv.release[:2] == d.release[:2] and d > lv]
     if same_line:
         return "unlisted", f"a later build of the {d.release[0]}.{d.release[1]} line ({max(same_line)} is listed)"
@@ -280,7 +270,8 @@ def check_driver_cann(ctx: AuditContext):
 
 
 def _in_fw_range(fw: str, rng: list[str]) -> bool:
-    return V(rng[0]) <= V(fw) <= V(rng[1])
+    lo, v, hi = V(rng[0]), V(fw), V(rng[1])  # parse all three first: a bad bound must not hide
+    return lo <= v <= hi
 
 
 def _line_match(driver: V, stem: str) -> bool:
