@@ -75,6 +75,7 @@ class ZeroEngine:
             lr_scheduler=lambda opt: build_scheduler(opt, cfg, total_steps),
         )
         self.module = self.engine
+        self._lr = float(self.scheduler.get_last_lr()[0])
 
     def forward(self, b: Batch) -> torch.Tensor:
         return self.engine(b.input_ids, b.position_ids, b.targets, b.attention_mask)
@@ -85,6 +86,7 @@ class ZeroEngine:
     def backward(self, loss: torch.Tensor) -> None:
         # DeepSpeed divides by the accumulation steps; the loss is already normalised globally.
         self.engine.backward(loss * self.gas)
+        self._lr = float(self.scheduler.get_last_lr()[0])  # the rate this step uses
         self.engine.step()  # a real optimiser step only at the accumulation boundary
 
     def step(self) -> float | torch.Tensor:
@@ -93,7 +95,7 @@ class ZeroEngine:
 
     @property
     def lr(self) -> float:
-        return float(self.scheduler.get_last_lr()[0])
+        return self._lr
 
     @property
     def loss_scale(self) -> float | None:
