@@ -38,8 +38,8 @@ def from_env() -> World:
 def init(world: World, dev: DeviceInfo, timeout_s: int) -> None:
     if world.size > 1 and not torch_dist.is_initialized():
         kwargs: dict[str, Any] = {"backend": dev.backend, "timeout": datetime.timedelta(seconds=timeout_s)}
-        if dev.type != "cpu":
-            kwargs["device_id"] = dev.torch_device
+        if dev.type == "cuda":
+            kwargs["device_id"] = dev.torch_device  # eager NCCL communicator on the right GPU
         torch_dist.init_process_group(**kwargs)
 
 

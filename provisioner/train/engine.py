@@ -61,7 +61,7 @@ class PlainEngine:
         self._params = [p for p in loss_fn.parameters() if p.requires_grad]
 
     def forward(self, b: Batch) -> torch.Tensor:
-        return self.module(b.input_ids, b.position_ids, b.targets, b.attention_mask)
+        return self.module(*b.inputs())
 
     def accumulating(self, more_to_come: bool) -> contextlib.AbstractContextManager[Any]:
         if more_to_come and hasattr(self.module, "no_sync"):

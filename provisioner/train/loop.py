@@ -108,6 +108,7 @@ class Trainer:
                 f"config: data: no usable samples ({len(convs)} read; every prompt fills max_seq_len={cfg.max_seq_len})"
             )
         self.pad_id = int(self.tokenizer.pad_token_id)
+        self.train_targets = [e.n_targets for e in self.train_ex]
 
     def _prepare_model(self) -> None:
         cfg, dev = self.cfg, self.dev
@@ -210,7 +211,8 @@ class Trainer:
                 for g in range(G)
             ]
             local_targets = sum(b.n_targets for b in batches)
-            global_targets = dist.all_reduce_sum([float(local_targets)], dev)[0]
+            # Every rank knows the whole stream, so the step's global target count needs no collective.
+            global_targets = self._targets_in(consumed, per_step)
             scale = W / global_targets
             for g, b in enumerate(batches):
                 b = b.to(dev.torch_device)
@@ -257,6 +259,14 @@ class Trainer:
         if metrics is not None:
             metrics.close()
         return self._finish(last, eval_loss, last_ckpt, found, train_time, total_steps, start_step, engine)
+
+    def _targets_in(self, start: int, count: int) -> int:
+        return sum(
+            self.train_targets[i]
+            for idx in range(start, start + count)
+            for row in self.stream.get(idx)
+            for i in row
+        )
 
     def _summarise(
         self,
@@ -314,7 +324,7 @@ class Trainer:
                 b = make_batch(self.eval_ex, stream.get(i), self.packing, self.pad_id, self.attn).to(
                     self.dev.torch_device
                 )
-                total += self.loss_fn(b.input_ids, b.position_ids, b.targets, b.attention_mask).double().cpu()
+                total += self.loss_fn(*b.inputs()).double().cpu()
                 targets += b.n_targets
         self.loss_fn.train()
         loss_sum, n = dist.all_reduce_sum([float(total), float(targets)], self.dev)
@@ -379,6 +389,8 @@ class Trainer:
                 [(r["step"], r["eval_loss"]) for r in rows if r.get("eval_loss") is not None],
             )
         dist.barrier()
+        if not last and self._metric_rows():  # resumed from the final checkpoint: nothing left to run
+            last = self._metric_rows()[-1]
         steady = [r for r in self._metric_rows() if r["step"] > start_step + 1] or self._metric_rows()
         summary = {
             "status": "ok",

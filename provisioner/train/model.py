@@ -21,7 +21,7 @@ from torch.utils.checkpoint import checkpoint
 from provisioner.train.chatml import Example
 from provisioner.train.config import ConfigError, TrainConfig
 from provisioner.train.device import DeviceInfo, Precision
-from provisioner.train.packing import IGNORE, Batch, collate_packed, collate_padded
+from provisioner.train.packing import Batch, collate_packed, collate_padded
 
 FLASH = ("flash_attention_2", "flash_attention_3")
 
@@ -120,25 +120,25 @@ class SFTLoss(nn.Module):
         self,
         input_ids: torch.Tensor,
         position_ids: torch.Tensor,
-        targets: torch.Tensor,
+        target_pos: torch.Tensor,
+        target_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """Summed cross-entropy over ``target_ids`` at the flat positions ``target_pos``."""
         decoder, head = self._parts
         out = decoder(
             input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
         )
         hidden = out.last_hidden_state
-        flat_t = targets.reshape(-1)
-        keep = (flat_t != IGNORE).nonzero().squeeze(1)
-        h = hidden.reshape(-1, hidden.shape[-1]).index_select(0, keep)
-        t = flat_t.index_select(0, keep)
+        h = hidden.reshape(-1, hidden.shape[-1]).index_select(0, target_pos)
         chunk = self.chunk_tokens or h.shape[0]
         if h.shape[0] <= chunk:
-            return _ce_sum(head, h, t)
+            return _ce_sum(head, h, target_ids)
         total = h.new_zeros((), dtype=torch.float32)
         for s in range(0, h.shape[0], chunk):
             # Recompute each chunk's logits in backward instead of keeping them all.
-            total = total + checkpoint(_ce_sum, head, h[s : s + chunk], t[s : s + chunk], use_reentrant=False)
+            part = checkpoint(_ce_sum, head, h[s : s + chunk], target_ids[s : s + chunk], use_reentrant=False)
+            total = total + part
         return total
 
 
@@ -173,7 +173,7 @@ def packing_works(loss_fn: SFTLoss, dev: DeviceInfo, ctx: Any, attn: str, vocab:
 
 def _run(loss_fn: nn.Module, b: Batch, dev: DeviceInfo) -> float:
     b = b.to(dev.torch_device)
-    return float(loss_fn(b.input_ids, b.position_ids, b.targets, b.attention_mask))
+    return float(loss_fn(*b.inputs()))
 
 
 @dataclass(frozen=True)

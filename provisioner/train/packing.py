@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -55,22 +55,43 @@ def pack_rows(
 class Batch:
     input_ids: torch.Tensor  # [B, T]
     position_ids: torch.Tensor  # [B, T]
-    targets: torch.Tensor  # [B, T], IGNORE where no loss
+    targets: torch.Tensor  # [B, T], IGNORE where no loss (kept on the host, for inspection)
     attention_mask: torch.Tensor | None  # [B, T] for padded batches, None when packed
     n_tokens: int  # real (non-pad) tokens
     n_targets: int
     seq_lens: list[int]  # lengths of the samples inside, for the FLOP count
+    # Flat positions that have a target, and those targets: found here on the host so the
+    # loss needs no device-to-host sync to select them.
+    target_pos: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.long))
+    target_ids: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.long))
+
+    def __post_init__(self) -> None:
+        if self.target_pos.numel() == 0 and self.n_targets:
+            flat = self.targets.reshape(-1)
+            self.target_pos = (flat != IGNORE).nonzero().squeeze(1)
+            self.target_ids = flat.index_select(0, self.target_pos)
+
+    def inputs(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Positional arguments of ``model.SFTLoss.forward``."""
+        return self.input_ids, self.position_ids, self.target_pos, self.target_ids, self.attention_mask
 
     def to(self, device: torch.device) -> Batch:
-        nb = device.type != "cpu"
+        if device.type == "cpu":
+            return self
+
+        def move(t: torch.Tensor) -> torch.Tensor:
+            return t.pin_memory().to(device, non_blocking=True)
+
         return Batch(
-            self.input_ids.to(device, non_blocking=nb),
-            self.position_ids.to(device, non_blocking=nb),
-            self.targets.to(device, non_blocking=nb),
-            None if self.attention_mask is None else self.attention_mask.to(device, non_blocking=nb),
+            move(self.input_ids),
+            move(self.position_ids),
+            self.targets,
+            None if self.attention_mask is None else move(self.attention_mask),
             self.n_tokens,
             self.n_targets,
             self.seq_lens,
+            move(self.target_pos),
+            move(self.target_ids),
         )
 
 

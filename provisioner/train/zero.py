@@ -78,7 +78,7 @@ class ZeroEngine:
         self._lr = float(self.scheduler.get_last_lr()[0])
 
     def forward(self, b: Batch) -> torch.Tensor:
-        return self.engine(b.input_ids, b.position_ids, b.targets, b.attention_mask)
+        return self.engine(*b.inputs())
 
     def accumulating(self, more_to_come: bool) -> contextlib.AbstractContextManager[Any]:
         return contextlib.nullcontext()  # DeepSpeed tracks the accumulation boundary itself

@@ -14,6 +14,7 @@ from conftest import PYTHON, train_env, write_config
 from test_checkpoint import _children
 
 from provisioner.train import checkpoint as ckpt
+from provisioner.train.cli import main
 from provisioner.train.metrics import read_metrics
 
 pytestmark = pytest.mark.slow
@@ -70,6 +71,24 @@ def test_torchrun_full_run(tmp_path, tiny_model_dir, alpaca_file):
     last = ckpt.complete_checkpoints(tmp_path / "out")[-1]
     assert sorted(p.name for p in (last / "rng").iterdir()) == ["rank-00000.pt", "rank-00001.pt"]
     assert (last / "model.safetensors").is_file() and (last / "optimizer.pt").is_file()
+    # Two ranks x 1 micro-batch take the same micro-batches per step as one process x 2, and the loss is
+    # normalised over the whole step, so the runs agree: the gradient averaging is exact.
+    single = make_cfg(
+        tmp_path / "single",
+        tiny_model_dir,
+        alpaca_file,
+        method="full",
+        max_steps=8,
+        learning_rate=3e-3,
+        gradient_accumulation_steps=2,
+    )
+    assert main(["--config", str(single)]) == 0
+    single_rows = read_metrics(tmp_path / "single" / "out" / "metrics.jsonl")
+    assert [r["loss"] for r in rows] == pytest.approx([r["loss"] for r in single_rows], rel=1e-4)
+    assert [r["tokens"] for r in rows] == [r["tokens"] for r in single_rows]
+    # Resuming from the final checkpoint has nothing left to do and still reports the final loss.
+    again = run_ok(cfg, "--resume", "auto")
+    assert again["resumed_from"].endswith("step-00000008") and again["final_loss"] == summary["final_loss"]
 
 
 def test_kill_9_of_a_worker_then_resume_matches_an_uninterrupted_run(tmp_path, tiny_model_dir, alpaca_file):

@@ -39,7 +39,7 @@ def _model(tiny_model_dir, attn="sdpa", method="full", **extra):
 
 def _loss_and_grad(loss_fn, batch):
     loss_fn.zero_grad()
-    loss = loss_fn(batch.input_ids, batch.position_ids, batch.targets, batch.attention_mask)
+    loss = loss_fn(*batch.inputs())
     loss.backward()
     grads = torch.cat([p.grad.flatten() for p in loss_fn.parameters() if p.grad is not None])
     return loss.item(), grads
@@ -62,6 +62,7 @@ def test_packed_and_unpacked_batches_give_the_same_loss_and_gradients(
     # Control: if positions did not restart, samples would attend to each other and the loss would move.
     leaky = make_batch(examples, [[0, 1, 2, 3], [4, 5, 6, 7]], True, pad, attn)
     leaky.position_ids = torch.arange(leaky.input_ids.shape[1]).expand_as(leaky.input_ids).clone()
+    assert leaky.target_pos.tolist() == packed.target_pos.tolist()
     ll, _ = _loss_and_grad(loss_fn, leaky)
     assert abs(ll - lu) > 1e-3 * abs(lu)
     assert packing_works(loss_fn, CPU, torch.no_grad(), attn, len(tokenizer), tol=1e-4)
@@ -72,7 +73,7 @@ def test_loss_equals_transformers_own_loss(tiny_model_dir, tokenizer, examples):
     ours = SFTLoss(model, chunk_tokens=0)
     batch = make_batch(examples, [[0, 1, 2, 3, 4, 5, 6, 7]], True, tokenizer.pad_token_id, "sdpa")
     with torch.no_grad():
-        total = ours(batch.input_ids, batch.position_ids, batch.targets).item()
+        total = ours(*batch.inputs()).item()
         ref_sum = 0.0
         for ex in examples:
             ids = torch.from_numpy(ex.ids.astype(np.int64))[None]
