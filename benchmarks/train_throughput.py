@@ -87,6 +87,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--samples", type=int, default=2000)
     p.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument(
+        "--packing", choices=("auto", "false"), default="auto", help="'false' isolates the other levers"
+    )
+    p.add_argument(
         "--peak-tflops", type=float, default=None, help="device peak for MFU (default: peaks.yaml)"
     )
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
@@ -174,6 +177,7 @@ def run_ours(args: argparse.Namespace, model_dir: Path, data: Path, out: Path) -
             "save_total_limit": 1,
             "peak_tflops": args.peak_tflops,
             "progress_bar": False,
+            "packing": "auto" if args.packing == "auto" else False,
         }
     )
     validate(cfg)

@@ -72,8 +72,8 @@ class TrainConfig:
     lora: LoraSettings = field(default_factory=LoraSettings)
     # Data formatting.
     data_format: str = "auto"
-    template: str = "chatml"
-    system_prompt: str = QWEN25_SYSTEM_PROMPT
+    template: str = "auto"  # chatml (Qwen2.5) when the tokenizer has its tokens, else the tokenizer's own
+    system_prompt: str | None = None  # None: the template's default (Qwen2.5's for chatml); "": none
     mask_history: bool = False
     train_on_prompt: bool = False
     eval_data: list[str] = field(default_factory=list)
@@ -109,7 +109,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "attn_implementation": ("auto", "sdpa", "eager", "flash_attention_2", "flash_attention_3"),
     "strategy": ("ddp", "zero2"),
     "data_format": ("auto", "alpaca", "chat"),
-    "template": ("chatml",),
+    "template": ("auto", "chatml", "tokenizer"),
 }
 _PATH_LISTS = ("data", "eval_data")
 
@@ -291,7 +291,7 @@ def _coerce(name: str, type_text: Any, value: Any) -> Any:
     optional = t.endswith("|None")
     base = t[: -len("|None")] if optional else t
     if value is None:
-        if optional or base == "str|None":
+        if optional:
             return None
         raise ConfigError(f"config: {name}: must not be empty")
     if base == "bool|str":

@@ -25,7 +25,7 @@ import torch
 from provisioner.train import checkpoint as ckpt
 from provisioner.train import device as devmod
 from provisioner.train import dist
-from provisioner.train.chatml import check_tokenizer, tokenize
+from provisioner.train.chatml import resolve_template, tokenize
 from provisioner.train.config import ConfigError, TrainConfig, dump_config
 from provisioner.train.data import Conversation, load_conversations
 from provisioner.train.engine import PlainEngine
@@ -90,7 +90,7 @@ class Trainer:
     def _prepare_data(self) -> None:
         cfg = self.cfg
         self.tokenizer = load_tokenizer(cfg.tokenizer or cfg.model)
-        check_tokenizer(self.tokenizer)
+        self.template = resolve_template(cfg.template, self.tokenizer)
         convs = load_conversations(cfg.data, cfg.data_format)
         eval_convs = load_conversations(cfg.eval_data, cfg.data_format) if cfg.eval_data else []
         if cfg.eval_split > 0:
@@ -100,6 +100,7 @@ class Trainer:
             system_prompt=cfg.system_prompt,
             mask_history=cfg.mask_history,
             train_on_prompt=cfg.train_on_prompt,
+            template=self.template,
         )
         self.train_ex, self.dropped = tokenize(convs, self.tokenizer, **kw)
         self.eval_ex, _ = tokenize(eval_convs, self.tokenizer, **kw) if eval_convs else ([], 0)
@@ -407,6 +408,7 @@ class Trainer:
             "precision": self.prec.name,
             "attn_implementation": self.attn,
             "packing": self.packing,
+            "template": self.template,
             "strategy": engine.name,
             "method": cfg.method,
             "train_samples": len(self.train_ex),

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from conftest import alpaca_records
 
-from provisioner.train.chatml import check_tokenizer, render, tokenize
+from provisioner.train.chatml import render, resolve_template, tokenize
 from provisioner.train.config import QWEN25_SYSTEM_PROMPT, ConfigError
 from provisioner.train.data import to_conversation
 
@@ -97,12 +97,33 @@ def test_system_prompt_can_be_switched_off(tokenizer):
     assert text.startswith("<|im_start|>user\n")
 
 
-def test_tokenizer_without_chatml_tokens_is_rejected():
+def test_template_choice(tokenizer):
+    assert resolve_template("auto", tokenizer) == "chatml"  # a Qwen tokenizer
+
     class Plain:
         unk_token_id = 0
+        chat_template = None
 
         def convert_tokens_to_ids(self, tok):
             return 0
 
     with pytest.raises(ConfigError, match=re.escape("chatml needs the <|im_start|> token")):
-        check_tokenizer(Plain())
+        resolve_template("chatml", Plain())
+    with pytest.raises(ConfigError, match="the tokenizer has no chat template"):
+        resolve_template("auto", Plain())
+
+
+def test_the_tokenizers_own_template_masks_prompts_too(tokenizer):
+    """template: tokenizer renders with the model's template (here Qwen3's, with its empty think block)."""
+    recs = alpaca_records(12)
+    convs = [to_conversation(r, f"r:{i}") for i, r in enumerate(recs)]
+    examples, dropped = tokenize(convs, tokenizer, 1024, None, template="tokenizer")
+    assert dropped == 0
+    for conv, ex in zip(convs, examples, strict=True):
+        text = tokenizer.decode(ex.ids.tolist())
+        assert "<think>" in text and "You are Qwen" not in text  # Qwen3's rendering, no Qwen2.5 default
+        expected = tokenizer("".join(a + "<|im_end|>" for _, a in conv.turns), add_special_tokens=False)[
+            "input_ids"
+        ]
+        assert ex.ids[ex.trained].tolist() == expected
+        assert "<think>" not in tokenizer.decode(ex.ids[ex.trained].tolist())

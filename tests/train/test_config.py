@@ -9,7 +9,7 @@ import pytest
 from conftest import PYTHON, train_env, write_config
 
 from provisioner.errors import ProvisionError
-from provisioner.train.config import QWEN25_SYSTEM_PROMPT, ConfigError, load_config
+from provisioner.train.config import ConfigError, load_config
 
 
 @pytest.fixture
@@ -23,7 +23,7 @@ def test_defaults_and_overrides(tmp_path, base):
     assert cfg.method == "full" and cfg.max_steps == 5 and cfg.learning_rate == 1e-4
     assert cfg.lora.r == 16 and cfg.lora.target_modules == ["q_proj", "v_proj"]
     assert cfg.packing is False and cfg.max_seq_len == 2048 and cfg.max_grad_norm == 1.0
-    assert cfg.system_prompt == QWEN25_SYSTEM_PROMPT
+    assert cfg.system_prompt is None and cfg.template == "auto"  # i.e. Qwen2.5 ChatML and its default prompt
     assert cfg.data == [base["data"]]  # a single path becomes a list
 
 
