@@ -65,7 +65,6 @@ class TrainConfig:
     attn_implementation: str = "auto"
     packing: bool | str = "auto"
     loss_chunk_tokens: int = 8192
-    compile: bool = False
     npu_jit_compile: bool = False
     strategy: str = "ddp"
     offload_optimizer: bool = True

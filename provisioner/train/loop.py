@@ -175,9 +175,11 @@ class Trainer:
         total_steps = cfg.max_steps or steps_for_epochs(self.stream, cfg.num_epochs, per_step)
         engine = self._make_engine(total_steps)
 
-        # Rank 0 picks the checkpoint so every rank loads the same one.
-        found = ckpt.find_resume(self.out, resume) if world.is_main else None
-        found = dist.broadcast_object(None if found is None else str(found))
+        # Rank 0 decides (which checkpoint, or which error) so every rank does the same.
+        verdict = self._resume_verdict(resume) if world.is_main else None
+        kind, found = dist.broadcast_object(verdict)
+        if kind == "error":
+            raise ConfigError(found)
         start_step, consumed, tokens_base = 0, 0, 0
         self.local_tokens = 0  # this rank's tokens since start or resume
         if found is not None:
@@ -260,6 +262,20 @@ class Trainer:
         if metrics is not None:
             metrics.close()
         return self._finish(last, eval_loss, last_ckpt, found, train_time, total_steps, start_step, engine)
+
+    def _resume_verdict(self, resume: str | None) -> tuple[str, str | None]:
+        try:
+            found = ckpt.find_resume(self.out, resume)
+        except ConfigError as exc:
+            return "error", str(exc)
+        existing = ckpt.complete_checkpoints(self.out)
+        if found is None and resume in (None, "", "none", "no") and existing:
+            # A fresh run would mix its checkpoints (and their rotation) with the old ones.
+            return "error", (
+                f"config: output_dir: {self.out} already holds checkpoints (newest {existing[-1].name}); "
+                "pass --resume auto to continue that run, or choose another output_dir"
+            )
+        return "ok", None if found is None else str(found)
 
     def _targets_in(self, start: int, count: int) -> int:
         return sum(

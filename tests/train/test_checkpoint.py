@@ -60,6 +60,9 @@ def test_incomplete_checkpoints_are_never_picked(tmp_path, capsys, tiny_model_di
     )
     out = tmp_path / "out"
     two, four = (out / "checkpoints" / n for n in ("step-00000002", "step-00000004"))
+    # Starting afresh on top of an old run's checkpoints is refused (exit 2, one line).
+    assert main(["--config", str(cfg_file(tmp_path, tiny_model_dir, alpaca_jsonl, max_steps=4))]) == 2
+    assert "already holds checkpoints (newest step-00000004); pass --resume auto" in capsys.readouterr().err
     assert ckpt.complete_checkpoints(out) == [two, four]
     for p in (two, four):
         assert_loadable(p)
