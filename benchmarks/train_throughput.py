@@ -257,8 +257,8 @@ def run_hf(
 
     class Clock(TrainerCallback):
         def on_step_end(self, a: Any, state: Any, control: Any, **kw: Any) -> None:
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
+            if device_type != "cpu":
+                getattr(torch, device_type).synchronize()
             marks.append((time.perf_counter(), state.num_input_tokens_seen))
 
     targs = TrainingArguments(
