@@ -23,6 +23,7 @@ import json
 import math
 import os
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -361,6 +362,8 @@ def main(argv: list[str] | None = None) -> int:
             round(o["tokens_per_s"] / b["tokens_per_s"], 3) for o, b in zip(ours, base, strict=True)
         ],
     }
+    if args.workdir is None:
+        shutil.rmtree(work, ignore_errors=True)
     if args.json:
         print(json.dumps(result))
     else:
