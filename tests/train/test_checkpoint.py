@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import PYTHON, train_env, write_config
 
 from provisioner.train import checkpoint as ckpt
 from provisioner.train.cli import main
 from provisioner.train.metrics import read_metrics
+from tests.train.conftest import PYTHON, train_env, write_config
 
 
 def cfg_file(tmp_path, model, data, **over):

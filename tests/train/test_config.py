@@ -6,10 +6,10 @@ import json
 import subprocess
 
 import pytest
-from conftest import PYTHON, train_env, write_config
 
 from provisioner.errors import ProvisionError
 from provisioner.train.config import ConfigError, load_config
+from tests.train.conftest import PYTHON, train_env, write_config
 
 
 @pytest.fixture

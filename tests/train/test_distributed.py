@@ -10,12 +10,12 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, train_env, write_config
-from test_checkpoint import _children
 
 from provisioner.train import checkpoint as ckpt
 from provisioner.train.cli import main
 from provisioner.train.metrics import read_metrics
+from tests.train.conftest import PYTHON, train_env, write_config
+from tests.train.test_checkpoint import _children
 
 pytestmark = pytest.mark.slow
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import alpaca_records
 
 from provisioner.train.chatml import tokenize
 from provisioner.train.config import QWEN25_SYSTEM_PROMPT, ConfigError, from_dict
 from provisioner.train.data import to_conversation
 from provisioner.train.device import DeviceInfo, Precision
 from provisioner.train.model import SFTLoss, flop_shape, load_model, make_batch, packing_works
+from tests.train.conftest import alpaca_records
 
 CPU = DeviceInfo("cpu", 0, "gloo", "cpu")
 FP32 = Precision("fp32", False)

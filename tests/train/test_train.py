@@ -7,11 +7,11 @@ import struct
 
 import pytest
 import torch
-from conftest import write_config
 
 from provisioner.train import checkpoint as ckpt
 from provisioner.train.cli import main
 from provisioner.train.metrics import read_metrics
+from tests.train.conftest import write_config
 
 STEP_KEYS = {
     "step",
