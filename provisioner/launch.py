@@ -67,6 +67,7 @@ class Job:
     stop_timeout: int = STOP_TIMEOUT_S
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     notes: tuple[str, ...] = ()
+    labels: dict[str, str] = field(default_factory=dict)  # --label, besides launch's own
 
     @property
     def container_name(self) -> str:
@@ -154,6 +155,17 @@ def plan_for(matrix, opts, info: ImageInfo, mode: str = "auto") -> tuple[DeviceP
     return plan, notes
 
 
+def parse_labels(items: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """--label KEY=VALUE (KEY alone: an empty value, as docker does); launch's own keys are reserved."""
+    out = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        if not key or key.startswith(LABEL):
+            raise ProvisionError(f"--label {item!r}: write KEY=VALUE with a key not starting with {LABEL}")
+        out[key] = value
+    return out
+
+
 def container_kwargs(job: Job, role: str, command: list[str], env: dict[str, str]) -> dict:
     """docker-py `containers.create` kwargs: the plan's, plus the command, env, volumes and labels."""
     name = job.container_name + ("-check" if role == "check" else "")
@@ -167,7 +179,7 @@ def container_kwargs(job: Job, role: str, command: list[str], env: dict[str, str
             raise ProvisionError(f"-v {host}:{inside}: {host} is already mounted (docker-py allows one place per host path)")
         kw["volumes"][host] = {"bind": inside, "mode": mode}
         taken[inside] = host
-    kw["labels"] = {LABEL: job.run_id, ROLE_LABEL: role}
+    kw["labels"] = {**job.labels, LABEL: job.run_id, ROLE_LABEL: role}
     kw["init"] = job.init
     if job.network:
         kw["network_mode"] = job.network

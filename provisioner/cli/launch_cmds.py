@@ -32,6 +32,7 @@ def register(group: click.Group) -> None:
 @click.option("--user", help="Run as this user inside (default: the image's).")
 @click.option("--name", help="Container name (default: provision-launch-<run id>; the check adds -check).")
 @click.option("--rank-table", "rank_table", type=click.Path(), help="hccl.json to mount and point RANK_TABLE_FILE at.")
+@click.option("--label", "labels", multiple=True, help="KEY=VALUE label on the container(s) (repeatable).")
 @click.option("--keep", is_flag=True, help="Keep the container(s) after they exit (stopped), for docker logs / inspect.")
 @click.option("--stop-timeout", "stop_timeout", type=click.IntRange(1, 3600), default=20, show_default=True,
               help="Seconds between SIGTERM and SIGKILL when stopping on Ctrl-C / SIGTERM.")
@@ -39,7 +40,7 @@ def register(group: click.Group) -> None:
 @json_option
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def launch_cmd(overlays, as_json, image, check, check_only, module, script, exec_, env, volumes, workdir, network, mode,
-               user, name, rank_table, keep, stop_timeout, no_init, args, **kw):
+               user, name, rank_table, labels, keep, stop_timeout, no_init, args, **kw):
     """Run torchrun in a container with exactly the chips in --devices, stream its logs, return its exit code.
 
     \b
@@ -67,6 +68,7 @@ def launch_cmd(overlays, as_json, image, check, check_only, module, script, exec
         raise ProvisionError("--nnodes > 1 needs --master-addr (the IP or name of node rank 0)")
     user_env = torchrun.parse_env(env, dict(os.environ))
     mounts = [torchrun.parse_volume(v) for v in volumes]
+    extra_labels = launch.parse_labels(labels)
     m = matrix.load(list(overlays or ()))
     client = launch.connect()
     try:
@@ -81,7 +83,7 @@ def launch_cmd(overlays, as_json, image, check, check_only, module, script, exec
             raise
         job = launch.Job(plan=plan, image=info, target=target, check=check or check_only, env=user_env,
                          volumes=mounts, workdir=workdir, network=network, init=not no_init, keep=keep, name=name,
-                         stop_timeout=stop_timeout, notes=tuple(notes))
+                         stop_timeout=stop_timeout, notes=tuple(notes), labels=extra_labels)
         out, err = (sys.stderr, sys.stderr) if as_json else (sys.stdout, sys.stderr)
         if not as_json:
             for note in job.notes + plan.notes:

@@ -93,12 +93,18 @@ def launch_containers(client, run_id: str | None = None) -> list:
     return client.containers.list(all=True, filters={"label": label})
 
 
+TEST_LABEL = "org.provision.test"
+
+
 @pytest.fixture
 def no_leftovers(docker_client):
-    """Fail a test that leaves a launch container behind (and remove it)."""
-    before = {c.id for c in launch_containers(docker_client)}
-    yield
-    left = [c for c in launch_containers(docker_client) if c.id not in before]
+    """["--label", "org.provision.test=<id>"] for the launches of one test; fails the test when a container
+    with that label is left behind (and removes it). Other sessions' containers on the engine are not touched."""
+    import uuid
+
+    tag = f"{TEST_LABEL}={uuid.uuid4().hex[:12]}"
+    yield ["--label", tag]
+    left = docker_client.containers.list(all=True, filters={"label": tag})
     for c in left:
         c.remove(force=True)
     assert not left, f"containers left behind: {[c.name for c in left]}"

@@ -28,6 +28,8 @@ def test_container_kwargs_add_command_env_labels_and_mounts(make_plan, tmp_path)
     assert kw["name"] == "provision-launch-r1" and kw["image"] == "img:tag"
     assert kw["command"][:6] == ["torchrun", "--nproc-per-node", "4", "--standalone", "--tee", "3"]
     assert kw["labels"] == {"org.provision.launch": "r1", "org.provision.launch.role": "run"}
+    labelled = launch.container_kwargs(job(plan, labels=launch.parse_labels(["team=nlp", "x"])), "run", ["x"], {})
+    assert labelled["labels"] == {"team": "nlp", "x": "", "org.provision.launch": "r1", "org.provision.launch.role": "run"}
     assert kw["init"] is True and kw["working_dir"] == "/data" and kw["ipc_mode"] == "host"
     assert kw["volumes"][str(tmp_path)] == {"bind": "/data", "mode": "ro"}
     assert len(kw["devices"]) == 7  # davinci0-3, davinci_manager, devmm_svm, hisi_hdc
@@ -105,6 +107,7 @@ def no_engine(monkeypatch, tmp_path):
     (["-e", "1A=2"], "-e '1A=2': write KEY=VALUE"),
     (["-v", "/nonexistent-dir:/x"], "/nonexistent-dir does not exist"),
     (["--nnodes", "2"], "--nnodes > 1 needs --master-addr"),
+    (["--label", "org.provision.launch=x"], "a key not starting with org.provision.launch"),
     ([], "provision launch needs a running Docker engine"),
 ])
 def test_bad_input_is_one_line_exit_2(no_engine, sim_host, capsys, extra, phrase):
