@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TextIO
 
@@ -259,7 +260,8 @@ class _Cleanup:
 
 
 def run_container(client, kw: dict, role: str, guard: SignalGuard, out: TextIO | None, err: TextIO | None,
-                  keep: bool = False, stop_timeout: int = STOP_TIMEOUT_S, on_line=None) -> RunResult:
+                  keep: bool = False, stop_timeout: int = STOP_TIMEOUT_S,
+                  on_line: Callable[[str], None] | None = None) -> RunResult:
     """Create, start, stream, wait; stop on a signal; remove unless `keep`."""
     result = RunResult(role, kw["name"], list(kw["command"] or []))
     splitter = logstream.LineSplitter(TAIL_LINES)
@@ -308,7 +310,7 @@ def run_container(client, kw: dict, role: str, guard: SignalGuard, out: TextIO |
                 guard.wake.wait(0.2)
                 guard.wake.clear()
         if guard.received and not waited:
-            _stop(container, guard, err, stop_timeout, kw["name"], keep)
+            _stop(container, guard, err, stop_timeout, kw["name"])
         if streamer.ident is not None:
             streamer.join(timeout=10)
         if "error" in waited and not guard.received:
@@ -333,7 +335,7 @@ def run_container(client, kw: dict, role: str, guard: SignalGuard, out: TextIO |
     return result
 
 
-def _stop(container, guard: SignalGuard, err: TextIO | None, timeout: int, name: str, keep: bool) -> None:
+def _stop(container, guard: SignalGuard, err: TextIO | None, timeout: int, name: str) -> None:
     """docker stop (SIGTERM to init -> torchrun -> workers, SIGKILL after `timeout`); a 2nd signal kills now."""
     seen = len(guard.received)
     _say(err, f"{guard.name}: stopping {name} (up to {timeout} s; signal again to kill it now)")
