@@ -271,8 +271,12 @@ def run_container(client, kw: dict, role: str, guard: SignalGuard, out: TextIO |
     start = time.monotonic()
     waited: dict = {}
 
+    worker_error: list[tuple[int | None, str]] = []  # the first error a worker printed, over the whole run
+
     def emit(lines: list[str]) -> None:
         for line in lines:
+            if not worker_error and (found := logstream.error_in(line)) and found[0] is not None:
+                worker_error.append(found)
             if on_line:
                 on_line(line)
             if out is not None:
@@ -331,7 +335,7 @@ def run_container(client, kw: dict, role: str, guard: SignalGuard, out: TextIO |
     result.tail = list(splitter.tail)
     result.ranks = sorted(ranks)
     if result.exit_code not in (0, None) and not result.signal:
-        result.error = logstream.first_error(result.tail)
+        result.error = logstream.describe_error(worker_error[0]) if worker_error else logstream.first_error(result.tail)
     return result
 
 

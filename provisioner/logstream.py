@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from provisioner.torchrun import RANK_LINE
 
 # A Python exception line as a worker prints it (after the rank prefix, if any).
+# `python -m missing.module` says only this (no exception line).
+_NO_MODULE = re.compile(r"^(?:\[rank(\d+)\]:)?\S*: (No module named .*)$")
 _EXCEPTION = re.compile(r"^(?:\[rank(\d+)\]:)?\s*((?:[A-Za-z_][\w.]*)?(?:Error|Exception|Interrupt)(?::\s.*|:?\s*))$")
 
 
@@ -50,13 +52,28 @@ def ranks_seen(lines: Iterable[str]) -> set[int]:
     return {int(m[1]) for line in lines if (m := RANK_LINE.match(line))}
 
 
+def error_in(line: str) -> tuple[int | None, str] | None:
+    """(rank or None, error text) when `line` reports an error (an exception, a missing module)."""
+    m = _EXCEPTION.match(line) or _NO_MODULE.match(line)
+    if not m:
+        return None
+    return (int(m[1]) if m[1] is not None else None), m[2].strip()
+
+
+def describe_error(found: tuple[int | None, str]) -> str:
+    rank, text = found
+    return f"rank {rank}: {text}" if rank is not None else text
+
+
 def first_error(lines: Iterable[str]) -> str | None:
-    """The first exception line in `lines`, named by rank: 'rank 2: RuntimeError: ...'."""
-    for line in lines:
-        m = _EXCEPTION.match(line)
-        if m:
-            return f"rank {m[1]}: {m[2].strip()}" if m[1] is not None else m[2].strip()
-    return None
+    """The first error line in `lines`, named by rank: 'rank 2: RuntimeError: ...'.
+
+    A worker's own line (rank-prefixed) wins over torchrun's summary
+    (ChildFailedError), which only says that some worker failed.
+    """
+    found = [f for f in map(error_in, lines) if f]
+    best = next((f for f in found if f[0] is not None), found[0] if found else None)
+    return describe_error(best) if best else None
 
 
 def strip_rank(line: str) -> tuple[int | None, str]:

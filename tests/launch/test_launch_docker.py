@@ -110,6 +110,17 @@ def test_exit_code_is_the_commands_and_keep_keeps_it(launch_image, sim_host, doc
         kept.remove(force=True)
 
 
+def test_a_failing_worker_is_named(launch_image, sim_host, probe_dir, no_leftovers):
+    proc = subprocess.run(launch_argv(sim_host(), launch_image, "0,1", "-v", f"{probe_dir}:/probe:ro", "--script",
+                                      "/probe/fail.py", "--json", label=no_leftovers),
+                          capture_output=True, text=True, timeout=180)
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 1 and doc["status"] == "failed" and doc["exit_code"] == 1  # torchrun's
+    assert doc["error"] == "rank 1: ValueError: bad batch on rank 1"
+    assert "[rank0]:rank 0 done" in proc.stderr and "[rank1]:rank 1 shutting down 79" in proc.stderr
+    assert "ValueError" not in "\n".join(doc["log_tail"])  # found in the stream, not only in the kept tail
+
+
 def test_missing_image_is_one_line(docker_client, sim_host):
     proc = subprocess.run(launch_argv(sim_host(), "provision-test/no-such-image:none"), capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stdout == ""

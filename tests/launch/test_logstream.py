@@ -45,6 +45,11 @@ def test_first_error_names_the_rank():
         "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
     ]
     assert logstream.first_error(lines) == "rank 2: RuntimeError: CUDA out of memory. Tried to allocate 2 GiB"
+    # the worker's line wins over torchrun's summary even when it comes later
+    assert logstream.first_error(lines[4:] + lines[:4]) == "rank 2: RuntimeError: CUDA out of memory. Tried to allocate 2 GiB"
+    assert logstream.first_error(lines[4:]) == "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:"
+    missing = ["[rank1]:/opt/venv/bin/python3.11: No module named provisioner.train", lines[4]]
+    assert logstream.first_error(missing) == "rank 1: No module named provisioner.train"
     assert logstream.first_error(["Error handling is on", "[rank0]:no errors here"]) is None
     assert logstream.first_error(["KeyboardInterrupt"]) == "KeyboardInterrupt"
     assert logstream.ranks_seen(lines) == {0, 2}
