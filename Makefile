@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 # tests and the image integration tests use it.
 TEST_TORCH ?= 2.13.0
 
-.PHONY: venv test unit demo lint bench golden clean
+.PHONY: venv test unit demo lint bench bench-launch golden clean
 
 venv: $(VENV)/.installed
 
@@ -35,6 +35,10 @@ demo: venv
 bench: venv
 	$(BIN)/python benchmarks/cli_start.py
 	$(BIN)/python benchmarks/audit_speed.py
+
+# Needs root (mknod) and a running Docker engine.
+bench-launch: venv
+	$(BIN)/python benchmarks/launch_overhead.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info
