@@ -14,7 +14,7 @@ WHEELHOUSE ?= .cache/wheelhouse
 IMAGE_ENV := PROVISION_TEST_BASE=$(TEST_BASE) PROVISION_TEST_WHEELHOUSE=$(WHEELHOUSE) \
 	PROVISION_DEMO_BASE=$(TEST_BASE) PROVISION_DEMO_WHEELHOUSE=$(WHEELHOUSE)
 
-.PHONY: venv test unit demo lint bench golden clean engine
+.PHONY: venv test unit demo lint bench bench-launch golden clean engine
 
 venv: $(VENV)/.installed
 
@@ -45,6 +45,11 @@ demo: venv engine
 
 bench: venv
 	$(BIN)/python benchmarks/cli_start.py
+	$(BIN)/python benchmarks/audit_speed.py
+
+# Needs root (mknod) and a running Docker engine.
+bench-launch: venv
+	$(BIN)/python benchmarks/launch_overhead.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

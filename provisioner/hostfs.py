@@ -150,3 +150,61 @@ def davinci_ids(dev_root: str | Path) -> list[int]:
         if rec["type"] == "char" and name.startswith("davinci") and name[7:].isdigit():
             ids.append(int(name[7:]))
     return sorted(ids)
+
+
+# --- additions for the host audit (provisioner/host.py) ---------------------
+
+
+def read_text(path: str | Path, limit: int = 1 << 20) -> str | None:
+    """The file's text (at most ``limit`` bytes, undecodable bytes replaced); None if unreadable."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(limit).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def read_json(path: str | Path) -> tuple[object | None, str | None]:
+    """(parsed JSON, None), (None, None) when the file is absent, or (None, why) when unreadable."""
+    import json
+
+    text = read_text(path)
+    if text is None:
+        return None, None
+    try:
+        return json.loads(text), None
+    except ValueError as exc:
+        return None, f"{Path(path).name}: not valid JSON ({exc})"
+
+
+def os_release(root: str | Path) -> dict[str, str] | None:
+    """/etc/os-release (or /usr/lib/os-release) as a dict: ID, VERSION_ID, PRETTY_NAME, ..."""
+    for rel in ("/etc/os-release", "/usr/lib/os-release"):
+        kv = read_kv(under(root, rel))
+        if kv:
+            return kv
+    return None
+
+
+def lstat_chain(root: str | Path, path: str) -> list[tuple[str, os.stat_result]]:
+    """lstat of every component of ``path`` inside ``root``, from root down: [(host path, stat)].
+
+    Stops at the first component that does not exist. The root directory
+    itself comes first (as ``/``).
+    """
+    out: list[tuple[str, os.stat_result]] = []
+    parts = [p for p in path.split("/") if p]
+    current = Path(root)
+    host = "/"
+    try:
+        out.append((host, current.lstat()))
+    except OSError:
+        return out
+    for part in parts:
+        current = current / part
+        host = host.rstrip("/") + "/" + part
+        try:
+            out.append((host, current.lstat()))
+        except OSError:
+            break
+    return out

@@ -19,7 +19,7 @@ from functools import lru_cache
 
 from provisioner.errors import ResolveError
 from provisioner.request import Request
-from provisioner.versions import PyRange, Spec, VersionError, parse, sort_versions, span
+from provisioner.versions import PyRange, Spec, VersionError, is_patch_of, parse, sort_versions, span
 
 MAX_ALTERNATIVES = 3
 
@@ -212,8 +212,10 @@ def driver_fit(driver: str, cann_row: dict, matrix=None) -> str:
     if not listed:
         return "unknown"
     d = _v(driver)
-    if any(_same(p, driver) for p in cann_row.get("hdk_paired", [])) or _in_specs(cann_row.get("hdk_compatible"), driver):
-        return "ok"
+    exact = [_v(p) for p in cann_row.get("hdk_paired", [])]
+    exact += [_v(c) for c in cann_row.get("hdk_compatible", []) if _is_plain(c)]
+    if any(d == e or is_patch_of(d, e) for e in exact) or _in_specs(cann_row.get("hdk_compatible"), driver):
+        return "ok"  # a patch build (25.0.rc1.1) fits wherever its release (25.0.RC1) is listed
     tops = []
     for item in listed:
         text = item.split("..")[-1].rstrip("*").rstrip(".").lstrip("<>=")
@@ -224,6 +226,11 @@ def driver_fit(driver: str, cann_row: dict, matrix=None) -> str:
     if tops and all(d.release[:2] > t.release[:2] or (d.release[:2] == t.release[:2] and d > t) for t in tops):
         return "newer"
     return "no"
+
+
+def _is_plain(spec: str) -> bool:
+    """A spec that is one exact version (no wildcard, range or operator)."""
+    return "*" not in spec and ".." not in spec and not any(op in spec for op in "<>=,")
 
 
 def hdk_summary(cann_row: dict) -> str:

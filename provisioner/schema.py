@@ -127,8 +127,38 @@ def _mapping(value, name):
     return value
 
 
+def _records(required: dict, optional: dict | None = None):
+    """A list of small mappings, each checked field by field (device nodes, node dirs)."""
+    fields = {**required, **(optional or {})}
+
+    def check(value, name):
+        if not isinstance(value, list):
+            raise ValueError(f"{name} must be a list of mappings")
+        for n, item in enumerate(value):
+            if not isinstance(item, dict):
+                raise ValueError(f"{name}[{n}] must be a mapping")
+            unknown = sorted(set(item) - set(fields))
+            if unknown:
+                raise ValueError(f"{name}[{n}]: unknown key {unknown[0]!r} (expected one of: {', '.join(sorted(fields))})")
+            missing = [k for k in required if k not in item]
+            if missing:
+                raise ValueError(f"{name}[{n}] lacks {', '.join(missing)}")
+            for key, val in item.items():
+                item[key] = fields[key](val, f"{name}[{n}].{key}")
+        return value
+
+    return check
+
+
+def _str_map(value, name):
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise ValueError(f"{name} must map names to quoted text values")
+    return value
+
+
 STR, TEXT, VER, SPECS, PY, BOOL, INT = _str, _text, _ver, _specs, _pyrange, _bool, _int
-SOURCE, MAP = _source, _mapping
+SOURCE, MAP, STR_MAP = _source, _mapping, _str_map
+records = _records
 opt = _optional
 list_of = _list
 enum = _enum
@@ -333,6 +363,92 @@ SECTIONS: dict[str, Section] = {
         {"name": STR, "kind": enum("known-good", "field-report"), "description": STR, "constraints": MAP},
         {"workload": opt(TEXT), "fixed_by": opt(STR), "expect": opt(MAP), **NOTES},
         doc="named stacks: known-good ones and the users' own field reports",
+    ),
+    # matrices/devices.yaml: what the device planner maps into containers, per device family.
+    "device_families": Section(
+        "id",
+        {
+            "id": STR,
+            "chip_node": STR,
+            "nodes": records(
+                {"name": STR, "need": enum("required", "expected", "optional")},
+                {"host": list_of(STR), "why": opt(TEXT)},
+            ),
+            "driver_mount": enum("lib64", "whole"),
+            "driver_mount_why": TEXT,
+        },
+        {
+            "node_dirs": records({"dir": STR, "need": enum("required", "expected", "optional")}),
+            "runtime_env": STR_MAP,
+            **NOTES,
+        },
+        doc="device nodes per device family (910, 310P, 310, 310B, 950) and the driver mount choice",
+    ),
+    "device_mounts": Section(
+        "id",
+        {
+            "id": STR,
+            "set": enum("driver-lib64", "driver-whole", "always", "multi-node"),
+            "host": list_of(STR),
+            "need": enum("required", "expected", "optional"),
+            "why": TEXT,
+        },
+        {"container": opt(STR), "pick": enum("first", "all"), "families": list_of(STR), "by_runtime": list_of(STR), **NOTES},
+        doc="read-only host paths mapped into containers",
+    ),
+    "launch_env": Section(
+        "name",
+        {"name": STR, "when": enum("distributed", "multi-node"), "why": TEXT},
+        {"value": opt(STR), "option": opt(STR), "k8s_field": opt(STR), "range": opt(TEXT), **NOTES},
+        doc="environment for distributed training containers (HCCL time-outs, NICs, torchrun variables)",
+    ),
+    "rank_tables": Section(
+        "family",
+        {"family": STR, "version": STR, "written": BOOL, "why": TEXT},
+        dict(NOTES),
+        doc="hccl.json rank-table format per chip family and whether provision writes it",
+    ),
+    "device_settings": Section(
+        "id",
+        {"id": STR, "value": STR, "why": TEXT},
+        dict(NOTES),
+        doc="fixed names the device renderers use (CDI kind and version, runtime name, container paths)",
+    ),
+    "audit_limits": Section(
+        "id",
+        {"id": STR, "value": INT},
+        {"unit": opt(STR), **NOTES},
+        doc="thresholds the host audit and the doctor warn at",
+    ),
+    "audit_device_nodes": Section(
+        "family",
+        {"family": STR, "nodes": list_of(STR)},
+        dict(NOTES),
+        doc="device nodes besides /dev/davinciN a container of each chip family needs",
+    ),
+    "audit_runtime_mounts": Section(
+        "path",
+        {"path": STR},
+        dict(NOTES),
+        doc="host paths Ascend Docker Runtime mounts by default (checked for group/other-writable parents)",
+    ),
+    "audit_libraries": Section(
+        "name",
+        {
+            "name": STR,
+            "provided_by": enum("driver", "cann", "dcmi"),
+            "dirs": list_of(STR),
+            "severity": enum("error", "warning", "info"),
+            "fix": STR,
+        },
+        dict(NOTES),
+        doc="shared libraries the doctor loads inside a container, and the fix when one is missing",
+    ),
+    "audit_env": Section(
+        "name",
+        {"name": STR, "kind": enum("int", "ip", "ifname", "ids")},
+        {"min": opt(INT), "max": opt(INT), **NOTES},
+        doc="launch variables the doctor validates (HCCL_*, ASCEND_RT_VISIBLE_DEVICES)",
     ),
 }
 

@@ -43,7 +43,9 @@ class V:
             raise VersionError(f"not a version: {text!r}")
         self.text = text.strip()
         body, _, local = self.text.lower().partition("+")
-        if not re.fullmatch(r"v?\d+([._-]?[0-9a-z]+)*", body):
+        # One alphanumeric per repetition: the same language as (sep? alnum+)* without its
+        # exponential backtracking on long invalid strings.
+        if not re.fullmatch(r"v?\d+(?:[._-]?[0-9a-z])*", body):
             raise VersionError(f"not a version: {text!r}")
         tokens = _TOKEN.findall(body.lstrip("v"))
         release: list[int] = []
@@ -129,12 +131,30 @@ def is_version(text: object) -> bool:
         return False
 
 
+_POST = _RANK["post"]
+
+
 def _prefix_match(v: V, prefix: V) -> bool:
     n = len(prefix.release)
-    if v.release[:n] != prefix.release and (v.release + (0,) * n)[:n] != prefix.release:
-        return False
+    if v.release[:n] != prefix.release:
+        # "8.5" is 8.5.0 and so starts with "8.5.0", but 23.0.rc2 (a pre-release
+        # of 23.0) does not start with "23.0.0".
+        padded = (v.release + (0,) * n)[:n] == prefix.release
+        if not padded or any(rank < _POST for rank, _ in v.chain):
+            return False
     # "8.0.*" matches 8.0.RC1 and 8.0.0; a prefix with its own chain must match it too.
     return not prefix.chain or v.chain[: len(prefix.chain)] == prefix.chain
+
+
+def is_patch_of(v: V, base: V) -> bool:
+    """True if ``v`` is a patch build of ``base``: 25.0.rc1.1 of 25.0.RC1, 24.1.0.3 of 24.1.0."""
+    if v == base:
+        return False
+    if not base.chain and len(v.release) > len(base.release) and v.release[: len(base.release)] == base.release:
+        return all(rank >= _POST for rank, _ in v.chain)
+    if v.key[0] != base.key[0] or v.chain[: len(base.chain)] != base.chain or len(v.chain) <= len(base.chain):
+        return False
+    return all(rank == _POST for rank, _ in v.chain[len(base.chain) :])
 
 
 class Spec:

@@ -201,3 +201,8 @@ def test_overlay_makes_the_0day_torch_resolvable(m, tmp_path):
     s = stack(m2, card="300T-A2", torch="2.13.0", base_image="local/debian:bookworm")
     assert s["torch_npu"]["version"] == "2.13.0" and s["python"] == "3.11"
     assert s["base_image"] == {"ref": "local/debian:bookworm", "tag": None, "official": False, "mirrors": []}
+
+
+def test_driver_patch_build_fits_its_release(m):
+    s = stack(m, card="800T-A2", driver="25.0.rc1.1", cann="8.2.RC1")
+    assert s["driver"]["fit"] == "ok"

@@ -75,3 +75,32 @@ def test_python_range():
 
 def test_sort_versions():
     assert sort_versions(["9.0.0", "8.0.RC1", "8.0.0", "8.5.0"]) == ["8.0.RC1", "8.0.0", "8.5.0", "9.0.0"]
+
+
+def test_long_invalid_strings_are_refused_quickly():
+    # A host file can hold anything (the audit feeds driver/firmware Version keys
+    # here); the check must be linear, not backtrack exponentially.
+    import time
+
+    start = time.perf_counter()
+    for n in (30, 3000):
+        with pytest.raises(VersionError):
+            V("25" + "a" * n + "!")
+    assert time.perf_counter() - start < 0.5
+    assert V("25.0.rc1.1") > V("25.0.RC1") and V("7.0.T10") < V("7.0.0")
+
+
+def test_patch_builds():
+    from provisioner.versions import is_patch_of
+
+    assert is_patch_of(V("25.0.rc1.1"), V("25.0.RC1"))
+    assert is_patch_of(V("24.1.0.3"), V("24.1.0"))
+    assert not is_patch_of(V("25.0.rc2"), V("25.0.RC1"))
+    assert not is_patch_of(V("25.0.0"), V("25.0.RC1"))
+    assert not is_patch_of(V("25.0.RC1"), V("25.0.RC1"))
+
+
+def test_prefix_does_not_pad_pre_releases():
+    assert not Spec("23.0.0.*").matches("23.0.rc2")
+    assert Spec("8.5.0.*").matches("8.5")
+    assert Spec("8.0.*").matches("8.0.RC1")

@@ -1,0 +1,115 @@
+"""Launch overhead: time to the first training step, `provision launch` vs a hand-written `docker run … torchrun …`.
+
+Both start the same image on the same simulated 2-chip host (mknod nodes with
+/dev/null's numbers, driver files from a fixture tree, CPU) and run the same
+job: torchrun with 2 workers that join a gloo group, all_reduce once and print
+a marker at that first "step". Wall time runs from starting the command to
+seeing the marker on its stdout. The runs are interleaved (the order flips each
+round) after one untimed warm-up of each; prints the medians and their ratio
+(goal: <= 1.1x). Needs root (mknod) and a running engine.
+
+    python benchmarks/launch_overhead.py [--runs 11] [--image TAG]
+
+Without --image it uses (and builds once, cached) the launch tests' dev image.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # tests.helpers / tests.launch.devimage
+
+CPU_ENV = ["-e", "TORCH_DEVICE_BACKEND_AUTOLOAD=0"]
+
+
+def provision() -> list[str]:
+    script = Path(sys.executable).parent / "provision"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "provisioner.cli"]
+
+
+def commands(image: str, host, bench: Path, nproc: int, marker: str) -> tuple[list[str], list[str]]:
+    from provisioner import devices, matrix, runline
+
+    spec = f"0-{nproc - 1}"
+    launch = provision() + [
+        "launch", "--card", "300T-A2", "--devices", spec, "--root", str(host.root), "--dev-root", str(host.dev_root),
+        "--image", image, *CPU_ENV, "-v", f"{bench}:/bench:ro", "--script", "/bench/first_step.py", "--", marker,
+    ]
+    # What a person writes from `provision run-cmd`'s output: the same nodes, mounts and variables.
+    plan = devices.plan(matrix.load(), devices.Options(card="300T-A2", devices=spec, root=str(host.root),
+                                                       dev_root=str(host.dev_root), engine_skipped="benchmark"))
+    job = ["torchrun", "--nproc-per-node", str(nproc), "--standalone", "/bench/first_step.py", marker]
+    argv = runline.argv(plan, image, job)
+    at = argv.index(image)
+    by_hand = argv[:at] + [*CPU_ENV, "-v", f"{bench}:/bench:ro"] + argv[at:]
+    return launch, by_hand
+
+
+def to_marker(cmd: list[str], marker: str, timeout: float = 300) -> float:
+    """Seconds from start to the marker line on stdout; the command is then left to finish."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    took = None
+    try:
+        for line in proc.stdout:
+            if marker in line and "first step done" in line:
+                took = time.perf_counter() - start
+                break
+        proc.stdout.read()
+        proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    if took is None or proc.returncode != 0:
+        raise SystemExit(f"no marker (exit {proc.returncode}) from: {' '.join(cmd)}")
+    return took
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=11)
+    ap.add_argument("--nproc", type=int, default=2)
+    ap.add_argument("--image", help="Image with python, torch and this project (default: the launch tests' dev image).")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("launch_overhead: needs root to mknod the simulated device nodes")
+    import docker
+
+    from tests.helpers import hosts
+    from tests.launch import devimage
+
+    image = args.image or devimage.ensure(docker.from_env(timeout=900), log=lambda m: print(f"[image] {m}"))
+    with tempfile.TemporaryDirectory(prefix="launch-bench-") as tmp:
+        host = hosts.materialize("plan-300ta2-4", Path(tmp), null_numbers=True)
+        bench = Path(tmp) / "bench"
+        shutil.copytree(ROOT / "tests" / "launch" / "probes", bench)
+        marker = f"BENCH{uuid.uuid4().hex[:8]}"
+        launch, by_hand = commands(image, host, bench, args.nproc, marker)
+        to_marker(by_hand, marker)  # warm-up: page cache, engine
+        to_marker(launch, marker)
+        hand_t, launch_t = [], []
+        for i in range(args.runs):
+            pair = [(by_hand, hand_t), (launch, launch_t)]
+            for cmd, into in pair if i % 2 == 0 else reversed(pair):
+                into.append(to_marker(cmd, marker))
+    h, lt = statistics.median(hand_t), statistics.median(launch_t)
+    print(f"docker run ... torchrun ...  median {h:6.2f} s  (min {min(hand_t):.2f}, max {max(hand_t):.2f})")
+    print(f"provision launch             median {lt:6.2f} s  (min {min(launch_t):.2f}, max {max(launch_t):.2f})")
+    print(f"overhead {lt - h:+.2f} s; ratio launch / docker run: {lt / h:.3f}x (goal <= 1.1x)"
+          f"  [{args.nproc} workers, {args.runs} runs,"
+          f" {os.cpu_count()} cpus, image {image}]")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

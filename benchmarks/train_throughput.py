@@ -1,0 +1,368 @@
+"""Tokens/s of provision-train versus a plain transformers Trainer, in one script.
+
+Same random-weight Qwen2-architecture model, same tokenised samples (Qwen2.5
+ChatML, prompt tokens masked), same micro-batch size, sequence length,
+precision, gradient checkpointing, optimiser and schedule. The two runs are
+interleaved (order alternating) and repeated so background load on a shared
+machine hits both alike; the ratio of the medians is printed.
+
+Throughput counts real tokens only (no padding) over the steps after
+``--warmup``. The baseline pads each batch to its longest sample (the usual
+DataCollatorForSeq2Seq setup) and computes logits on every position; this
+trainer packs samples padding-free and computes logits only where there is
+a target.
+
+  python benchmarks/train_throughput.py                        # CPU default
+  python benchmarks/train_throughput.py --device cuda --model-size 0.5b --seq-len 2048 --dtype bf16
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+SIZES: dict[str, dict[str, int]] = {
+    # hidden, layers, heads, kv heads, intermediate; vocab is the tokenizer's (tied embeddings)
+    "tiny": dict(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+    ),
+    "small": dict(
+        hidden_size=256,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=768,
+    ),
+    # The shapes of Qwen2.5-0.5B and Qwen2.5-1.5B, with random weights.
+    "0.5b": dict(
+        hidden_size=896,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        intermediate_size=4864,
+    ),
+    "1.5b": dict(
+        hidden_size=1536,
+        num_hidden_layers=28,
+        num_attention_heads=12,
+        num_key_value_heads=2,
+        intermediate_size=8960,
+    ),
+}
+
+WORDS = (
+    "the of and to in is was for on that with as by at from his her this which or an be are had not but have "
+    "model data train token sequence attention layer weight gradient device memory cluster network compute "
+    "river mountain city history science music garden window kitchen letter answer question number example"
+).split()
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", choices=("auto", "cpu", "cuda", "npu"), default="auto")
+    p.add_argument("--model-size", choices=tuple(SIZES), default="small")
+    p.add_argument("--seq-len", type=int, default=512)
+    p.add_argument("--dtype", choices=("auto", "fp32", "bf16", "fp16"), default="auto")
+    p.add_argument("--method", choices=("full", "lora"), default="lora")
+    p.add_argument("--micro-batch-size", type=int, default=4)
+    p.add_argument("--steps", type=int, default=10, help="optimizer steps per measured run")
+    p.add_argument("--warmup", type=int, default=3, help="steps left out of the measurement")
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--samples", type=int, default=2000)
+    p.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument(
+        "--packing", choices=("auto", "false"), default="auto", help="'false' isolates the other levers"
+    )
+    p.add_argument(
+        "--peak-tflops", type=float, default=None, help="device peak for MFU (default: peaks.yaml)"
+    )
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    p.add_argument("--workdir", default=None)
+    return p.parse_args(argv)
+
+
+def prepare_process(device: str) -> None:
+    """Environment before torch is imported."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if device == "cpu":
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+        os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+    from provisioner.train.device import prepare_env
+
+    prepare_env()
+
+
+def build_model(path: Path, size: str) -> Any:
+    from provisioner.train import tiny
+
+    try:
+        tok = tiny.load_tokenizer()
+    except FileNotFoundError as exc:
+        raise SystemExit(f"the benchmark needs the Qwen tokenizer: {exc}") from None
+    dims = SIZES[size]
+    tiny.build_qwen2(path, tok, hidden=dims["hidden_size"], layers=dims["num_hidden_layers"],
+                     heads=dims["num_attention_heads"], kv_heads=dims["num_key_value_heads"],
+                     intermediate=dims["intermediate_size"], max_positions=32768)
+    return tok
+
+
+def write_data(path: Path, n: int, seq_len: int, seed: int = 0) -> None:
+    """Alpaca records with a long-tailed length mix, most far shorter than seq_len (as in real SFT sets)."""
+    rng = random.Random(seed)
+    scale = seq_len / 512
+
+    def words(mean: float) -> str:
+        k = max(1, min(int(rng.lognormvariate(0, 0.8) * mean * scale), int(seq_len * 0.35)))
+        return " ".join(rng.choice(WORDS) for _ in range(k))
+
+    with open(path, "w") as fh:
+        for _ in range(n):
+            rec = {
+                "instruction": words(25),
+                "input": words(15) if rng.random() < 0.5 else "",
+                "output": words(60),
+            }
+            fh.write(json.dumps(rec) + "\n")
+
+
+def run_ours(args: argparse.Namespace, model_dir: Path, data: Path, out: Path) -> dict[str, Any]:
+    from provisioner.train.config import from_dict, validate
+    from provisioner.train.loop import run
+    from provisioner.train.metrics import read_metrics
+
+    cfg = from_dict(
+        {
+            "model": str(model_dir),
+            "data": [str(data)],
+            "output_dir": str(out),
+            "method": args.method,
+            "max_steps": args.steps,
+            "learning_rate": 1e-4,
+            "max_seq_len": args.seq_len,
+            "micro_batch_size": args.micro_batch_size,
+            "precision": args.dtype,
+            "gradient_checkpointing": args.gradient_checkpointing,
+            "save_steps": 0,
+            "save_total_limit": 1,
+            "peak_tflops": args.peak_tflops,
+            "progress_bar": False,
+            "packing": "auto" if args.packing == "auto" else False,
+        }
+    )
+    validate(cfg)
+    summary = run(cfg)
+    rows = [r for r in read_metrics(out / cfg.metrics_file) if r["step"] > args.warmup]
+    tokens = sum(r["tokens"] for r in rows)
+    seconds = sum(r["step_time_s"] for r in rows)
+    mfus = [r["mfu"] for r in rows if r.get("mfu") is not None]
+    return {
+        "tokens_per_s": tokens / seconds,
+        "tokens_per_step": tokens / len(rows),
+        "mfu": statistics.mean(mfus) if mfus else None,
+        "precision": summary["precision"],
+        "attn": summary["attn_implementation"],
+        "packing": summary["packing"],
+        "device": summary["device"],
+        "device_type": summary["device_type"],
+    }
+
+
+def run_hf(
+    args: argparse.Namespace,
+    model_dir: Path,
+    data: Path,
+    out: Path,
+    precision: str,
+    attn: str,
+    device_type: str,
+) -> dict[str, Any]:
+    """The plain transformers Trainer on the very same tokenised samples."""
+    import torch
+    from transformers import (
+        AutoModelForCausalLM,
+        AutoTokenizer,
+        DataCollatorForSeq2Seq,
+        Trainer,
+        TrainerCallback,
+        TrainingArguments,
+    )
+
+    from provisioner.train.chatml import tokenize
+    from provisioner.train.config import QWEN25_SYSTEM_PROMPT
+    from provisioner.train.data import load_conversations
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    examples, _ = tokenize(load_conversations([str(data)]), tok, args.seq_len, QWEN25_SYSTEM_PROMPT)
+    rows = [
+        {
+            "input_ids": e.ids.tolist(),
+            "attention_mask": [1] * len(e),
+            "labels": [int(t) if m else -100 for t, m in zip(e.ids, e.trained, strict=True)],
+        }
+        for e in examples
+    ]
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[precision]
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), attn_implementation=attn)
+    model.to(torch.float32 if args.method == "full" else dtype)
+    model.config.use_cache = False
+    if args.method == "lora":
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(
+            model,
+            LoraConfig(
+                r=8,
+                lora_alpha=16,
+                lora_dropout=0.05,
+                target_modules=["q_proj", "v_proj"],
+                task_type="CAUSAL_LM",
+            ),
+        )
+        for p in model.parameters():
+            if p.requires_grad:
+                p.data = p.data.float()
+
+    marks: list[tuple[float, int]] = []
+
+    class Clock(TrainerCallback):
+        def on_step_end(self, a: Any, state: Any, control: Any, **kw: Any) -> None:
+            if device_type != "cpu":
+                getattr(torch, device_type).synchronize()
+            marks.append((time.perf_counter(), state.num_input_tokens_seen))
+
+    targs = TrainingArguments(
+        output_dir=str(out),
+        per_device_train_batch_size=args.micro_batch_size,
+        max_steps=args.steps,
+        learning_rate=1e-4,
+        lr_scheduler_type="cosine",
+        warmup_steps=math.ceil(0.03 * args.steps),  # what the trainer's default warmup_ratio gives
+        max_grad_norm=1.0,
+        weight_decay=0.0,
+        bf16=precision == "bf16",
+        fp16=precision == "fp16",
+        gradient_checkpointing=args.gradient_checkpointing,
+        gradient_checkpointing_kwargs={"use_reentrant": False},
+        logging_steps=10**6,
+        save_strategy="no",
+        report_to=[],
+        seed=42,
+        dataloader_num_workers=0,
+        remove_unused_columns=False,
+        include_num_input_tokens_seen="non_padding",
+        use_cpu=device_type == "cpu",
+        disable_tqdm=True,
+    )
+    collator = DataCollatorForSeq2Seq(tok, padding="longest", pad_to_multiple_of=8, label_pad_token_id=-100)
+    trainer = Trainer(
+        model=model, args=targs, train_dataset=rows, data_collator=collator, callbacks=[Clock()]
+    )
+    trainer.train()
+    (t0, n0), (t1, n1) = marks[args.warmup - 1], marks[-1]
+    steps = len(marks) - args.warmup
+    return {"tokens_per_s": (n1 - n0) / (t1 - t0), "tokens_per_step": (n1 - n0) / steps}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.warmup < 1 or args.steps <= args.warmup:
+        raise SystemExit("--steps must exceed --warmup, and --warmup must be >= 1")
+    prepare_process(args.device)
+    import logging
+
+    logging.getLogger("provision-train").setLevel(logging.WARNING)
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="train-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    model_dir, data = work / f"qwen2-{args.model_size}", work / "data.jsonl"
+    if not (model_dir / "config.json").exists():
+        build_model(model_dir, args.model_size)
+    write_data(data, args.samples, args.seq_len)
+
+    ours, base = [], []
+    info: dict[str, Any] = {}
+    for r in range(args.repeats):
+        order = ("hf", "ours") if r % 2 else ("ours", "hf")
+        for who in order:
+            out = work / f"run-{who}-{r}"
+            if who == "ours":
+                res = run_ours(args, model_dir, data, out)
+                info = res
+                ours.append(res)
+            else:
+                # Precision and attention as the trainer resolved them, so both run alike.
+                if not info:  # the trainer resolves device, precision and attention; run it first once
+                    info = run_ours(args, model_dir, data, work / "resolve")
+                base.append(
+                    run_hf(args, model_dir, data, out, info["precision"], info["attn"], info["device_type"])
+                )
+            last = (ours if who == "ours" else base)[-1]
+            print(f"  repeat {r} {who:>4}: {last['tokens_per_s']:.0f} tokens/s", file=sys.stderr)
+
+    ours_tps = statistics.median(x["tokens_per_s"] for x in ours)
+    base_tps = statistics.median(x["tokens_per_s"] for x in base)
+    mfus = [x["mfu"] for x in ours if x["mfu"] is not None]
+    mfu = statistics.median(mfus) if mfus else None
+    result = {
+        "device": info["device"],
+        "model_size": args.model_size,
+        "method": args.method,
+        "seq_len": args.seq_len,
+        "micro_batch_size": args.micro_batch_size,
+        "precision": info["precision"],
+        "attn_implementation": info["attn"],
+        "packing": info["packing"],
+        "provision_train_tokens_per_s": round(ours_tps, 1),
+        "hf_trainer_tokens_per_s": round(base_tps, 1),
+        "ratio": round(ours_tps / base_tps, 3),
+        "provision_train_mfu": None if mfu is None else round(mfu, 4),
+        "hf_trainer_mfu_estimate": None if mfu is None else round(mfu * base_tps / ours_tps, 4),
+        "tokens_per_step": {
+            "provision_train": round(statistics.mean(x["tokens_per_step"] for x in ours)),
+            "hf_trainer": round(statistics.mean(x["tokens_per_step"] for x in base)),
+        },
+        "repeats": args.repeats,
+        # Each repeat runs both back to back, so its own ratio is the least disturbed by other load.
+        "ratio_per_repeat": [
+            round(o["tokens_per_s"] / b["tokens_per_s"], 3) for o, b in zip(ours, base, strict=True)
+        ],
+    }
+    if args.workdir is None:
+        shutil.rmtree(work, ignore_errors=True)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(
+            f"{result['device']} {args.model_size} {args.method} seq {args.seq_len} mbs {args.micro_batch_size} "
+            f"{result['precision']} attn={result['attn_implementation']} packing={result['packing']}\n"
+            f"  provision-train: {ours_tps:10.1f} tokens/s"
+            + (f"   MFU {mfu:.1%}" if mfu is not None else "   MFU n/a (set --peak-tflops)")
+            + f"\n  HF Trainer:      {base_tps:10.1f} tokens/s\n  ratio:           {ours_tps / base_tps:10.2f}x"
+            + f"   (per repeat: {', '.join(f'{r:.2f}x' for r in result['ratio_per_repeat'])})"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,347 @@
+"""`provision run-cmd`, `provision cdi`, `provision k8s` and `provision ranktable`.
+
+All four read the host (files under --root, device nodes under --dev-root) into
+one DevicePlan and render it. None of them needs a running Docker engine:
+run-cmd asks one, briefly, which chips running containers already hold, and
+notes in its output when none answers.
+"""
+
+from __future__ import annotations
+
+import click
+
+from provisioner.cli.common import emit_json, json_option, matrix_option
+
+RUN_SCHEMA = "provision.run-cmd/1"
+CDI_SCHEMA = "provision.cdi/1"
+K8S_SCHEMA = "provision.k8s/1"
+RANKTABLE_SCHEMA = "provision.ranktable/1"
+ENGINE_TIMEOUT_S = 3.0
+
+
+def register(group: click.Group) -> None:
+    for cmd in (run_cmd, cdi_cmd, k8s_cmd, ranktable_cmd):
+        group.add_command(cmd)
+
+
+def host_options(devices_default: str | None = None):
+    return lambda f: _host_options(f, devices_default)
+
+
+def launch_options(node_rank: bool = True):
+    return lambda f: _launch_options(f, node_rank)
+
+
+def _host_options(f, devices_default: str | None = None):
+    opts = [
+        click.option("--card", required=True, help="Card or server: 300T-A2, 800T-A2, 800T-A3, 300I-Pro, 350, ..."),
+        click.option(
+            "--devices",
+            required=devices_default is None,
+            default=devices_default,
+            help="Physical chip ids as in `ls /dev/davinci*`: 0-3,6 or all."
+            + (f" [default: {devices_default}]" if devices_default else ""),
+        ),
+        click.option("--root", default="/", show_default=True, help="Host root the driver files are read from."),
+        click.option("--dev-root", "dev_root", default="/dev", show_default=True, help="Where the host's device nodes are."),
+        click.option(
+            "--driver-mount",
+            "driver_mount",
+            type=click.Choice(["lib64", "whole"]),
+            help="Mount driver/lib64 + version.info, or the whole driver directory (default per chip family).",
+        ),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return matrix_option(f)
+
+
+def _launch_options(f, node_rank: bool = True):
+    opts = [
+        click.option("--shm-size", "shm_size", help="A private /dev/shm of this size (e.g. 16g) instead of --ipc=host."),
+        click.option("--nnodes", type=click.IntRange(min=1), default=1, show_default=True, help="Nodes in the job."),
+    ]
+    if node_rank:
+        opts.append(click.option("--node-rank", "node_rank", type=click.IntRange(min=0), default=0, show_default=True,
+                                 help="This node's rank (0 = master)."))
+    opts += [
+        click.option("--master-addr", "master_addr", help="Rendezvous host (node rank 0)."),
+        click.option("--master-port", "master_port", type=click.IntRange(1, 65535), help="Rendezvous port (default from the matrix)."),
+        click.option("--hccl-if-ip", "hccl_if_ip", help="HCCL_IF_IP: this host's IP for HCCL (multi-node)."),
+        click.option("--socket-ifname", "socket_ifname", help="HCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME (e.g. eth0 or =eth0)."),
+        click.option("--hccl-connect-timeout", "hccl_connect_timeout", help="Seconds (120-7200) for HCCL link setup."),
+        click.option("--hccl-exec-timeout", "hccl_exec_timeout", help="Seconds (68-17340) a collective may wait."),
+        click.option("--task", type=click.Choice(["train", "inference"]), help="Refuse cards that cannot train when train (default: train)."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def _options(matrix, kw: dict, **extra):
+    from provisioner import devices
+
+    multi = devices.MultiNode(
+        nnodes=kw.get("nnodes") or 1,
+        node_rank=kw.get("node_rank") or 0,
+        master_addr=kw.get("master_addr"),
+        master_port=str(kw["master_port"]) if kw.get("master_port") else None,
+    )
+    task = kw.get("task") or matrix.policy.get("default_task", "train")
+    return devices.Options(
+        card=kw["card"],
+        devices=kw["devices"],
+        root=kw["root"],
+        dev_root=kw["dev_root"],
+        task=task,
+        shm_size=kw.get("shm_size"),
+        driver_mount=kw.get("driver_mount"),
+        multi=multi,
+        hccl_if_ip=kw.get("hccl_if_ip"),
+        socket_ifname=kw.get("socket_ifname"),
+        hccl_connect_timeout=kw.get("hccl_connect_timeout"),
+        hccl_exec_timeout=kw.get("hccl_exec_timeout"),
+        **extra,
+    )
+
+
+def _refused(schema: str, exc, as_json: bool) -> int:
+    if as_json:
+        emit_json({"schema": schema, "status": "refused", "reasons": exc.reasons})
+        return 2
+    raise exc
+
+
+def _write(path: str, text: str) -> None:
+    """Write via a temporary file and rename, so a failure leaves nothing half-written."""
+    import os
+    import tempfile
+
+    from provisioner.errors import ProvisionError
+
+    target = os.path.abspath(path)
+    folder = os.path.dirname(target)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".provision-", dir=folder)
+    except OSError as exc:
+        raise ProvisionError(f"--output {path}: cannot write in {folder} ({exc.strerror})") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except OSError as exc:
+        os.unlink(tmp)
+        raise ProvisionError(f"--output {path}: {exc.strerror}") from None
+
+
+def _load_stack(path: str) -> dict:
+    import json
+
+    from provisioner.errors import ProvisionError
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except OSError as exc:
+        raise ProvisionError(f"--stack {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise ProvisionError(f"--stack {path}: not JSON ({exc})") from None
+    if isinstance(doc, dict) and isinstance(doc.get("stack"), dict):
+        doc = doc["stack"]  # `provision resolve --json` output
+    if not isinstance(doc, dict) or "cann" not in doc:
+        raise ProvisionError(f"--stack {path}: not a provision stack (expected `provision resolve --json` output or the image label)")
+    return doc
+
+
+def _label_stack(facts, image: str) -> tuple[dict | None, str | None]:
+    import json
+
+    from provisioner import enginefacts
+
+    if facts is None or not facts.reachable:
+        return None, None
+    if facts.image_labels is None:
+        return None, facts.image_note or None
+    raw = facts.image_labels.get(enginefacts.STACK_LABEL)
+    if not raw:
+        return None, f"image {image} has no {enginefacts.STACK_LABEL} label; driver check skipped"
+    try:
+        return json.loads(raw), None
+    except ValueError:
+        return None, f"image {image}: {enginefacts.STACK_LABEL} label is not JSON; driver check skipped"
+
+
+@click.command("run-cmd")
+@host_options()
+@launch_options()
+@click.option("--mode", type=click.Choice(["auto", "devices", "runtime"]), default="auto", show_default=True,
+              help="devices: --device flags; runtime: --runtime ascend -e ASCEND_VISIBLE_DEVICES; auto: runtime if the engine has it.")
+@click.option("--user", help="Run as this user inside (default: the image's).")
+@click.option("--name", help="Container name.")
+@click.option("--rank-table", "rank_table", type=click.Path(), help="hccl.json to mount and point RANK_TABLE_FILE at.")
+@click.option("--stack", "stack_file", type=click.Path(), help="The image's stack JSON (offline alternative to its label).")
+@click.option("--no-engine", "no_engine", is_flag=True, help="Do not ask the Docker engine (no in-use check, no label, auto = devices).")
+@json_option
+@click.argument("image")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def run_cmd(overlays, as_json, image, command, mode, user, name, rank_table, stack_file, no_engine, **kw):
+    """Print a ready `docker run` for the chips in --devices, with exactly the nodes and mounts they need.
+
+    Give the container command after `--`. Nothing is started; no engine is
+    required. Chips already mapped into a running container, unknown ids, cards
+    that cannot train and images whose CANN needs a newer driver are refused.
+    """
+    from provisioner import devices, enginefacts, matrix, runline
+    from provisioner.errors import ProvisionError
+
+    m = matrix.load(list(overlays or ()))
+    if kw["nnodes"] > 1 and not kw.get("master_addr"):
+        raise ProvisionError("--nnodes > 1 needs --master-addr (the IP or name of node rank 0)")
+    stack = _load_stack(stack_file) if stack_file else None
+    facts, skipped, notes = None, None, []
+    if no_engine:
+        skipped = "--no-engine"
+    else:
+        facts = enginefacts.gather(image=None if stack else image, timeout=ENGINE_TIMEOUT_S)
+    if stack is None:
+        stack, note = _label_stack(facts, image)
+        if note:
+            notes.append(note)
+    runtime_name = next(r["value"] for r in m.rows("device_settings") if r["id"] == "runtime_name")
+    if mode == "auto":
+        if facts is not None and facts.reachable and runtime_name in facts.runtimes:
+            mode = "runtime"
+            notes.append(f"--mode auto: the engine has the {runtime_name} runtime")
+        else:
+            mode = "devices"
+            notes.append("--mode auto: " + ("no Docker engine asked" if facts is None else
+                         "no Docker engine reachable" if not facts.reachable else f"no {runtime_name} runtime registered")
+                         + "; --device mode")
+    opts = _options(m, kw, mode=mode, user=user, rank_table=rank_table, stack=stack, engine=facts, engine_skipped=skipped)
+    try:
+        plan = devices.plan(m, opts)
+    except devices.PlanRefused as exc:
+        return _refused(RUN_SCHEMA, exc, as_json)
+    if notes:
+        from dataclasses import replace
+
+        plan = replace(plan, notes=tuple(notes) + plan.notes)
+    cmd = list(command)
+    if as_json:
+        emit_json({
+            "schema": RUN_SCHEMA,
+            "status": "ok",
+            "plan": plan.to_dict(),
+            "argv": runline.argv(plan, image, cmd, name),
+            "shell": runline.shell(plan, image, cmd, name),
+            "docker_kwargs": runline.docker_kwargs(plan, image, cmd, name),
+        })
+    else:
+        click.echo(runline.shell(plan, image, cmd, name), nl=False)
+    return 0
+
+
+@click.command("cdi")
+@host_options("all")
+@click.option("--output", "-o", help="Write the spec here (e.g. /etc/cdi/ascend.yaml) instead of stdout.")
+@click.option("--format", "fmt", type=click.Choice(["yaml", "json"]), help="Spec format (default: from --output's suffix, else yaml).")
+@json_option
+def cdi_cmd(overlays, as_json, output, fmt, **kw):
+    """Write a CDI spec (kind ascend.com/npu) so `--device ascend.com/npu=0` works in Docker >= 25 and Podman."""
+    from provisioner import cdi, devices, matrix
+
+    m = matrix.load(list(overlays or ()))
+    opts = _options(m, kw, check_in_use=False)
+    opts.task = None
+    try:
+        plan = devices.plan(m, opts)
+    except devices.PlanRefused as exc:
+        return _refused(CDI_SCHEMA, exc, as_json)
+    fmt = fmt or ("json" if output and output.endswith(".json") else "yaml")
+    text = cdi.render(plan, fmt)
+    if output:
+        _write(output, text)
+    if as_json:
+        emit_json({"schema": CDI_SCHEMA, "status": "ok", "output": output, "spec": cdi.spec(plan), "notes": list(plan.notes)})
+    elif not output:
+        click.echo(text, nl=False)
+    else:
+        click.echo(f"wrote {output} ({len(plan.chips)} chips + all)")
+    return 0
+
+
+@click.command("k8s")
+@host_options()
+@launch_options(node_rank=False)
+@click.option("--volcano", is_flag=True, help="A Volcano Job (batch.volcano.sh/v1alpha1) instead of a batch/v1 Job.")
+@click.option("--name", default="provision-train", show_default=True, help="Job name (also the Service / subdomain).")
+@click.option("--namespace", help="metadata.namespace of every manifest.")
+@click.option("--config", help="Trainer config path inside the container (default command: provision-train --config PATH).")
+@click.option("--output", "-o", help="Write the manifests here instead of stdout.")
+@json_option
+@click.argument("image")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def k8s_cmd(overlays, as_json, image, command, volcano, name, namespace, config, output, **kw):
+    """Render a Kubernetes Job (or Volcano Job) requesting the chips, with read-only driver mounts and /dev/shm.
+
+    --devices gives the chip count per pod (and the host the mounts are read
+    from); the device plugin chooses the chips.
+    """
+    from provisioner import devices, k8s, matrix
+
+    m = matrix.load(list(overlays or ()))
+    opts = _options(m, kw, check_in_use=False)
+    try:
+        plan = devices.plan(m, opts)
+    except devices.PlanRefused as exc:
+        return _refused(K8S_SCHEMA, exc, as_json)
+    docs = k8s.manifests(plan, image, list(command), name=name, volcano=volcano, config=config, namespace=namespace)
+    text = k8s.render(docs, plan, volcano)
+    if output:
+        _write(output, text)
+    if as_json:
+        emit_json({"schema": K8S_SCHEMA, "status": "ok", "output": output, "manifests": docs, "notes": list(plan.notes)})
+    elif not output:
+        click.echo(text, nl=False)
+    else:
+        click.echo(f"wrote {output} ({len(docs)} manifest(s))")
+    return 0
+
+
+@click.command("ranktable")
+@click.option("--host-root", "host_roots", multiple=True, required=True, help="A host's root (repeat per node, in rank order).")
+@click.option("--host-ip", "host_ips", multiple=True, help="Each host's IP (repeat in the same order); also its server_id.")
+@click.option("--container-ip", "container_ips", multiple=True, help="Each host's container/pod IP (repeat in order).")
+@click.option("--devices", required=True, help="Physical chip ids used on every host: 0-7, 0-3, ...")
+@click.option("--card", help="Card, to refuse chips whose rank-table format differs (A3: 1.2, 950: 2.0).")
+@click.option("--output", "-o", help="Write hccl.json here instead of stdout.")
+@matrix_option
+@json_option
+def ranktable_cmd(overlays, as_json, host_roots, host_ips, container_ips, devices, card, output):
+    """Write an HCCL rank table (hccl.json, version 1.0) from each host's /etc/hccn.conf."""
+    import json
+
+    from provisioner import devspec, matrix, ranktable
+    from provisioner.errors import ProvisionError
+
+    m = matrix.load(list(overlays or ()))
+    for flag, values in (("--host-ip", host_ips), ("--container-ip", container_ips)):
+        if values and len(values) != len(host_roots):
+            raise ProvisionError(f"{flag} given {len(values)} times for {len(host_roots)} --host-root; give one per host")
+    version = ranktable.check_family(m, card)
+    hosts = [
+        ranktable.Host(root, host_ips[n] if host_ips else None, container_ips[n] if container_ips else None)
+        for n, root in enumerate(host_roots)
+    ]
+    table = ranktable.build(hosts, devspec.parse(devices), version, ranktable.hccn_conf_path(m))
+    text = json.dumps(table, indent=4) + "\n"
+    if output:
+        _write(output, text)
+    if as_json:
+        emit_json({"schema": RANKTABLE_SCHEMA, "status": "ok", "output": output, "rank_table": table})
+    elif not output:
+        click.echo(text, nl=False)
+    else:
+        click.echo(f"wrote {output} ({table['server_count']} server(s), {sum(len(s['device']) for s in table['server_list'])} ranks)")
+    return 0

@@ -1,0 +1,119 @@
+"""`provision launch`: start the container for the chips in --devices and run torchrun inside."""
+
+from __future__ import annotations
+
+import click
+
+from provisioner.cli.common import emit_json, json_option
+from provisioner.cli.device_cmds import host_options, launch_options
+
+LAUNCH_SCHEMA = "provision.launch/1"
+
+
+def register(group: click.Group) -> None:
+    group.add_command(launch_cmd)
+
+
+@click.command("launch")
+@host_options()
+@launch_options()
+@click.option("--image", required=True, help="Image to run (local to the engine; e.g. one `provision build` made).")
+@click.option("--check", is_flag=True, help="Run the collective smoke test (all_reduce over every chip) first; stop if it fails.")
+@click.option("--check-only", "check_only", is_flag=True, help="Run only the collective smoke test.")
+@click.option("--module", help="Python module torchrun starts instead of the trainer (ARGS go to it).")
+@click.option("--script", help="Script path inside the container that torchrun starts (ARGS go to it).")
+@click.option("--exec", "exec_", is_flag=True, help="ARGS are the whole command, run as given (no torchrun added).")
+@click.option("-e", "--env", "env", multiple=True, help="KEY=VALUE set in the container (repeatable; KEY alone copies this shell's value).")
+@click.option("-v", "--volume", "volumes", multiple=True, help="HOST:CONTAINER[:ro|rw] bind mount for data, models, output (repeatable).")
+@click.option("-w", "--workdir", help="Working directory inside the container.")
+@click.option("--network", help="Docker network mode (default: the bridge; host on multi-node).")
+@click.option("--mode", type=click.Choice(["auto", "devices", "runtime"]), default="auto", show_default=True,
+              help="devices: --device nodes; runtime: the Ascend runtime; auto: runtime if registered and --dev-root is /dev.")
+@click.option("--user", help="Run as this user inside (default: the image's).")
+@click.option("--name", help="Container name (default: provision-launch-<run id>; the check adds -check).")
+@click.option("--rank-table", "rank_table", type=click.Path(), help="hccl.json to mount and point RANK_TABLE_FILE at.")
+@click.option("--label", "labels", multiple=True, help="KEY=VALUE label on the container(s) (repeatable).")
+@click.option("--keep", is_flag=True, help="Keep the container(s) after they exit (stopped), for docker logs / inspect.")
+@click.option("--stop-timeout", "stop_timeout", type=click.IntRange(1, 3600), default=20, show_default=True,
+              help="Seconds between SIGTERM and SIGKILL when stopping on Ctrl-C / SIGTERM.")
+@click.option("--no-init", "no_init", is_flag=True, help="Run torchrun as PID 1 (no docker --init).")
+@json_option
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def launch_cmd(overlays, as_json, image, check, check_only, module, script, exec_, env, volumes, workdir, network, mode,
+               user, name, rank_table, labels, keep, stop_timeout, no_init, args, **kw):
+    """Run torchrun in a container with exactly the chips in --devices, stream its logs, return its exit code.
+
+    \b
+    Put ARGS after `--`. Without a target option they go to the bundled trainer:
+      provision launch ... -- --config /data/train.yaml lr=1e-4
+      (torchrun --nproc-per-node <chips> ... -m provisioner.train --config ... lr=1e-4)
+    --module M / --script PATH: torchrun starts that instead, with ARGS.
+    --exec: ARGS are the whole command, without torchrun (-- python my.py).
+
+    One worker per selected chip; HCCL time-outs and the rendezvous variables
+    come from the device plan. Output lines carry the worker's rank
+    ([rank3]:). Ctrl-C or SIGTERM stops and removes the container (exit 130 /
+    143). --json prints a provision.launch/1 summary at the end (logs then go
+    to stderr).
+    """
+    import os
+    import sys
+
+    from provisioner import devices, launch, matrix, torchrun
+    from provisioner.cli.device_cmds import _options
+    from provisioner.errors import ProvisionError
+
+    target = _target(module, script, exec_, check_only, args)
+    if kw["nnodes"] > 1 and not kw.get("master_addr"):
+        raise ProvisionError("--nnodes > 1 needs --master-addr (the IP or name of node rank 0)")
+    user_env = torchrun.parse_env(env, dict(os.environ))
+    mounts = [torchrun.parse_volume(v) for v in volumes]
+    extra_labels = launch.parse_labels(labels)
+    m = matrix.load(list(overlays or ()))
+    client = launch.connect()
+    try:
+        info = launch.inspect_image(client, image)
+        opts = _options(m, kw, user=user, rank_table=rank_table)
+        try:
+            plan, notes = launch.plan_for(m, opts, info, mode)
+        except devices.PlanRefused as exc:
+            if as_json:
+                emit_json({"schema": LAUNCH_SCHEMA, "status": "refused", "reasons": exc.reasons})
+                return 2
+            raise
+        job = launch.Job(plan=plan, image=info, target=target, check=check or check_only, env=user_env,
+                         volumes=mounts, workdir=workdir, network=network, init=not no_init, keep=keep, name=name,
+                         stop_timeout=stop_timeout, notes=tuple(notes), labels=extra_labels)
+        out, err = (sys.stderr, sys.stderr) if as_json else (sys.stdout, sys.stderr)
+        if not as_json:
+            for note in job.notes + plan.notes:
+                click.echo(f"# note: {note}", err=True)
+        doc = launch.run(job, client, out=out, err=err)
+    finally:
+        client.close()
+    if as_json:
+        emit_json(doc)
+    else:
+        for line in launch.describe(doc):
+            click.echo(f"provision launch: {line}", err=True)
+    return launch.exit_code(doc)
+
+
+def _target(module, script, exec_, check_only, args):
+    from provisioner import torchrun
+    from provisioner.errors import ProvisionError
+
+    chosen = [flag for flag, on in (("--module", module), ("--script", script), ("--exec", exec_)) if on]
+    if len(chosen) > 1:
+        raise ProvisionError(f"{' and '.join(chosen)}: choose one of --module, --script, --exec")
+    if check_only:
+        if chosen or args:
+            raise ProvisionError("--check-only runs only the collective check: give no ARGS, --module, --script or --exec")
+        return None
+    if exec_:
+        return torchrun.Target("exec", None, tuple(args))
+    if script:
+        return torchrun.Target("script", script, tuple(args))
+    if module:
+        return torchrun.Target("module", module, tuple(args))
+    return torchrun.Target.train(args)

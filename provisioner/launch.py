@@ -1,0 +1,512 @@
+"""`provision launch`: run a device plan in Docker with torchrun inside, and clean up after it.
+
+    plan (devices.plan) ─▶ container kwargs (runline.docker_kwargs + command, env, labels)
+        ─▶ create ─▶ start ─▶ stream logs (rank-prefixed lines) ─▶ wait ─▶ exit code ─▶ remove
+
+An optional collective check (`provisioner.collective` under torchrun, in its
+own container) runs first and stops the launch when it fails. SIGINT, SIGTERM
+and SIGHUP during a run stop the container (Docker sends SIGTERM to its init,
+which passes it to torchrun, which stops its workers), then remove it; a second
+signal kills it at once. Every container carries the label
+`org.provision.launch=<run id>`, so leftovers can always be found. The Docker SDK
+is imported inside functions: the CLI must start without it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TextIO
+
+from provisioner import logstream, runline, torchrun
+from provisioner.collective import SCHEMA as COLLECTIVE_SCHEMA
+from provisioner.devices import DevicePlan
+from provisioner.errors import ProvisionError
+
+SCHEMA = "provision.launch/1"
+LABEL = "org.provision.launch"
+ROLE_LABEL = "org.provision.launch.role"
+ENGINE_TIMEOUT_S = 30
+FACTS_TIMEOUT_S = 5.0
+STOP_TIMEOUT_S = 20
+TAIL_LINES = 50
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    ref: str
+    id: str
+    labels: dict
+    env: dict
+
+
+@dataclass
+class Job:
+    """One launch: what to run, in which image, on which plan."""
+
+    plan: DevicePlan
+    image: ImageInfo
+    target: torchrun.Target | None  # None: only the check
+    check: bool = False
+    check_args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)  # -e, over the launch defaults
+    volumes: list[tuple[str, str, str]] = field(default_factory=list)  # (host, container, ro|rw)
+    workdir: str | None = None
+    network: str | None = None  # overrides the plan's (host on multi-node)
+    init: bool = True  # docker --init: a real PID 1 passes signals on and reaps workers
+    keep: bool = False
+    name: str | None = None
+    stop_timeout: int = STOP_TIMEOUT_S
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    notes: tuple[str, ...] = ()
+    labels: dict[str, str] = field(default_factory=dict)  # --label, besides launch's own
+
+    @property
+    def container_name(self) -> str:
+        return self.name or f"provision-launch-{self.run_id}"
+
+
+@dataclass
+class RunResult:
+    role: str  # check | run
+    container: str
+    command: list[str]
+    exit_code: int | None = None
+    signal: str | None = None
+    duration_s: float = 0.0
+    kept: bool = False
+    error: str | None = None
+    tail: list[str] = field(default_factory=list)
+    ranks: list[int] = field(default_factory=list)
+    collective: dict | None = None  # the check's provision.collective/1 document
+
+
+# -- engine ---------------------------------------------------------------------------------
+
+
+def connect(timeout: int = ENGINE_TIMEOUT_S):
+    """A Docker client of a running engine, or one clear line saying there is none."""
+    try:
+        import docker
+
+        client = docker.from_env(timeout=timeout)
+        client.ping()
+    except Exception as exc:  # noqa: BLE001 - any failure means "no engine here"
+        raise ProvisionError(f"provision launch needs a running Docker engine ({_short(exc)})") from None
+    return client
+
+
+def inspect_image(client, ref: str) -> ImageInfo:
+    try:
+        data = client.api.inspect_image(ref)
+    except Exception as exc:  # noqa: BLE001
+        if type(exc).__name__ in ("ImageNotFound", "NotFound"):
+            raise ProvisionError(f"--image {ref}: not in the local Docker engine (build it with `provision build`,"
+                                 " or docker pull / docker load it)") from None
+        raise ProvisionError(f"--image {ref}: the engine did not answer ({_short(exc)})") from None
+    cfg = data.get("Config") or {}
+    env = dict(item.split("=", 1) for item in cfg.get("Env") or [] if "=" in item)
+    return ImageInfo(ref, data.get("Id", ""), cfg.get("Labels") or {}, env)
+
+
+def image_stack(info: ImageInfo) -> tuple[dict | None, str | None]:
+    """The image's Stack from its label (None and a note when it has none)."""
+    from provisioner import enginefacts
+
+    raw = info.labels.get(enginefacts.STACK_LABEL)
+    if not raw:
+        return None, f"image {info.ref} has no {enginefacts.STACK_LABEL} label; driver check skipped"
+    try:
+        return json.loads(raw), None
+    except ValueError:
+        return None, f"image {info.ref}: {enginefacts.STACK_LABEL} label is not JSON; driver check skipped"
+
+
+def plan_for(matrix, opts, info: ImageInfo, mode: str = "auto") -> tuple[DevicePlan, list[str]]:
+    """Plan the launch: engine facts (chips in use, runtimes), the image's stack, the mode."""
+    from provisioner import devices, enginefacts
+
+    notes: list[str] = []
+    facts = enginefacts.gather(timeout=FACTS_TIMEOUT_S)
+    stack, note = image_stack(info)
+    if note:
+        notes.append(note)
+    runtime_name = next(r["value"] for r in matrix.rows("device_settings") if r["id"] == "runtime_name")
+    if mode == "auto":
+        # The runtime maps the host's real /dev nodes; another --dev-root asks for those nodes instead.
+        if facts.reachable and runtime_name in facts.runtimes and os.path.abspath(opts.dev_root) == "/dev":
+            mode = "runtime"
+            notes.append(f"--mode auto: the engine has the {runtime_name} runtime")
+        else:
+            mode = "devices"
+    plan = devices.plan(matrix, replace(opts, mode=mode, stack=stack, engine=facts))
+    env = {e.name: e.value for e in plan.env}
+    if plan.multi.nnodes > 1 and not any(env.get(k) for k in ("HCCL_IF_IP", "HCCL_SOCKET_IFNAME")):
+        notes.append("no --hccl-if-ip / --socket-ifname: HCCL takes the first non-docker NIC by name;"
+                     " set one on hosts with several NICs")
+    return plan, notes
+
+
+def parse_labels(items: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """--label KEY=VALUE (KEY alone: an empty value, as docker does); launch's own keys are reserved."""
+    out = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        if not key or key.startswith(LABEL):
+            raise ProvisionError(f"--label {item!r}: write KEY=VALUE with a key not starting with {LABEL}")
+        out[key] = value
+    return out
+
+
+def container_kwargs(job: Job, role: str, command: list[str], env: dict[str, str]) -> dict:
+    """docker-py `containers.create` kwargs: the plan's, plus the command, env, volumes and labels."""
+    name = job.container_name + ("-check" if role == "check" else "")
+    kw = runline.docker_kwargs(job.plan, job.image.ref, command, name)
+    kw["environment"] = {**kw["environment"], **env}
+    taken = {v["bind"]: h for h, v in kw["volumes"].items()}
+    for host, inside, mode in job.volumes:
+        if inside in taken:
+            raise ProvisionError(f"-v {host}:{inside}: {inside} is already mounted from {taken[inside]} by the plan")
+        if host in kw["volumes"]:
+            raise ProvisionError(f"-v {host}:{inside}: {host} is already mounted (docker-py allows one place per host path)")
+        kw["volumes"][host] = {"bind": inside, "mode": mode}
+        taken[inside] = host
+    kw["labels"] = {**job.labels, LABEL: job.run_id, ROLE_LABEL: role}
+    kw["init"] = job.init
+    if job.network:
+        kw["network_mode"] = job.network
+    if job.workdir:
+        kw["working_dir"] = job.workdir
+    return kw
+
+
+# -- signals --------------------------------------------------------------------------------
+
+
+class SignalGuard:
+    """Record SIGINT/SIGTERM/SIGHUP instead of dying, so the container can be stopped and removed.
+
+    Handlers only record and wake the waiting loop; all engine calls happen in
+    the main flow. Outside the main thread (where handlers cannot be set) it
+    records nothing. The previous handlers come back on exit.
+    """
+
+    def __init__(self, signals: tuple[int, ...] = SIGNALS):
+        self.signals = signals
+        self.received: list[int] = []
+        self.wake = threading.Event()
+        self._old: dict[int, object] = {}
+
+    def __enter__(self) -> SignalGuard:
+        if threading.current_thread() is threading.main_thread():
+            for s in self.signals:
+                self._old[s] = signal.signal(s, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for s, old in self._old.items():
+            signal.signal(s, old)
+        self._old.clear()
+
+    def _handle(self, signum, frame) -> None:
+        self.received.append(signum)
+        self.wake.set()
+
+    @property
+    def exit_code(self) -> int | None:
+        return 128 + self.received[0] if self.received else None
+
+    @property
+    def name(self) -> str | None:
+        return signal.Signals(self.received[0]).name if self.received else None
+
+
+class _Cleanup:
+    """Stop and remove one container, once, whichever path gets there first (finally or atexit)."""
+
+    def __init__(self, keep: bool):
+        self.keep = keep
+        self.container = None
+        self.done = False
+
+    def __call__(self) -> None:
+        if self.done or self.container is None:
+            return
+        self.done = True
+        if self.keep:
+            try:
+                self.container.reload()
+                if self.container.status == "running":
+                    self.container.kill()
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+            return
+        try:
+            self.container.remove(force=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+
+
+# -- one container --------------------------------------------------------------------------
+
+
+def run_container(client, kw: dict, role: str, guard: SignalGuard, out: TextIO | None, err: TextIO | None,
+                  keep: bool = False, stop_timeout: int = STOP_TIMEOUT_S,
+                  on_line: Callable[[str], None] | None = None) -> RunResult:
+    """Create, start, stream, wait; stop on a signal; remove unless `keep`."""
+    result = RunResult(role, kw["name"], list(kw["command"] or []))
+    splitter = logstream.LineSplitter(TAIL_LINES)
+    ranks: set[int] = set()
+    cleanup = _Cleanup(keep)
+    atexit.register(cleanup)
+    start = time.monotonic()
+    waited: dict = {}
+
+    worker_error: list[tuple[int | None, str]] = []  # the first error a worker printed, over the whole run
+
+    def emit(lines: list[str]) -> None:
+        for line in lines:
+            if not worker_error and (found := logstream.error_in(line)) and found[0] is not None:
+                worker_error.append(found)
+            if on_line:
+                on_line(line)
+            if out is not None:
+                try:
+                    out.write(line + "\n")
+                    out.flush()
+                except (BrokenPipeError, ValueError):
+                    pass  # the reader went away; keep consuming so the tail stays right
+        ranks.update(logstream.ranks_seen(lines))
+
+    def stream(container) -> None:
+        try:
+            for chunk in container.logs(stream=True, follow=True):
+                emit(splitter.feed(chunk))
+        except Exception:  # noqa: BLE001 - the container was removed under us (signal path)
+            pass
+        emit(splitter.close())
+
+    def wait(container) -> None:
+        try:
+            waited["status"] = container.wait()
+        except Exception as exc:  # noqa: BLE001
+            waited["error"] = exc
+        guard.wake.set()
+
+    try:
+        container = client.containers.create(**kw)
+        cleanup.container = container
+        streamer = threading.Thread(target=stream, args=(container,), daemon=True)
+        if not guard.received:
+            container.start()
+            streamer.start()
+            threading.Thread(target=wait, args=(container,), daemon=True).start()
+            while not waited and not guard.received:
+                guard.wake.wait(0.2)
+                guard.wake.clear()
+        if guard.received and not waited:
+            _stop(container, guard, err, stop_timeout, kw["name"])
+        if streamer.ident is not None:
+            streamer.join(timeout=10)
+        if "error" in waited and not guard.received:
+            raise ProvisionError(f"lost the Docker engine while waiting for {kw['name']}: {_short(waited['error'])}")
+        if guard.received:
+            result.exit_code, result.signal = guard.exit_code, guard.name
+        elif "status" in waited:
+            result.exit_code = int(waited["status"].get("StatusCode", 1))
+    except ProvisionError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - engine refused the container (bad image, device, mount)
+        raise ProvisionError(f"the engine could not run {kw['name']}: {_short(exc)}") from None
+    finally:
+        cleanup()
+        atexit.unregister(cleanup)
+    result.kept = keep and cleanup.container is not None
+    result.duration_s = round(time.monotonic() - start, 3)
+    result.tail = list(splitter.tail)
+    result.ranks = sorted(ranks)
+    if result.exit_code not in (0, None) and not result.signal:
+        result.error = logstream.describe_error(worker_error[0]) if worker_error else logstream.first_error(result.tail)
+    return result
+
+
+def _stop(container, guard: SignalGuard, err: TextIO | None, timeout: int, name: str) -> None:
+    """docker stop (SIGTERM to init -> torchrun -> workers, SIGKILL after `timeout`); a 2nd signal kills now."""
+    seen = len(guard.received)
+    _say(err, f"{guard.name}: stopping {name} (up to {timeout} s; signal again to kill it now)")
+    stopper = threading.Thread(target=lambda: _quiet(container.stop, timeout=timeout), daemon=True)
+    stopper.start()
+    while stopper.is_alive():
+        stopper.join(0.2)
+        if len(guard.received) > seen:
+            _say(err, f"{signal.Signals(guard.received[-1]).name} again: killing {name}")
+            _quiet(container.kill)
+            break
+    stopper.join(timeout=timeout + 5)
+
+
+# -- the whole launch -----------------------------------------------------------------------
+
+
+def run(job: Job, client, out: TextIO | None = sys.stdout, err: TextIO | None = sys.stderr) -> dict:
+    """Run the check (if asked) and the job; return the `provision.launch/1` summary document."""
+    extra_env, nproc = torchrun.environment(job.plan, job.env, job.image.env)
+    started = time.monotonic()
+    check: RunResult | None = None
+    main: RunResult | None = None
+    with SignalGuard() as guard:
+        if job.check:
+            cmd = torchrun.command(job.plan, torchrun.Target.check(job.check_args), nproc)
+            kw = container_kwargs(job, "check", cmd, extra_env)
+            found: dict = {}
+            _say(err, f"run {job.run_id}: collective check in {kw['name']}: $ {_join(cmd)}")
+            check = run_container(client, kw, "check", guard, out, err, job.keep, job.stop_timeout,
+                                  on_line=lambda line: _collective(line, found))
+            check.collective = found.get("doc")
+        if job.target is not None and (check is None or passed(check)):
+            cmd = torchrun.command(job.plan, job.target, nproc)
+            kw = container_kwargs(job, "run", cmd, extra_env)
+            _say(err, f"run {job.run_id}: {job.target.kind} in {kw['name']}: $ {_join(cmd)}")
+            main = run_container(client, kw, "run", guard, out, err, job.keep, job.stop_timeout)
+    # Everything launch sets in the container: the plan's variables, then its own and -e.
+    env = {**dict(job.plan.runtime_env), **{e.name: e.value for e in job.plan.env if e.value is not None}, **extra_env}
+    return summary(job, check, main, nproc, env, time.monotonic() - started)
+
+
+def passed(check: RunResult) -> bool:
+    """The check exited 0 and printed a result with every sum right."""
+    return check.exit_code == 0 and not check.signal and (check.collective or {}).get("status") == "ok"
+
+
+def _collective(line: str, found: dict) -> None:
+    _, text = logstream.strip_rank(line)
+    if text.startswith('{"schema":"' + COLLECTIVE_SCHEMA):
+        try:
+            found["doc"] = json.loads(text)
+        except ValueError:
+            pass
+
+
+def summary(job: Job, check: RunResult | None, main: RunResult | None, nproc: int, env: dict, took: float) -> dict:
+    last = main or check
+    assert last is not None
+    if last.signal:
+        status = "interrupted"
+    elif check and not passed(check):
+        status = "check-failed"
+    else:
+        status = "ok" if last.exit_code == 0 else "failed"
+    m = job.plan.multi
+    doc = {
+        "schema": SCHEMA,
+        "status": status,
+        "run_id": job.run_id,
+        "image": {"ref": job.image.ref, "id": job.image.id, "stack_id": (job.plan.stack or {}).get("id")},
+        "card": job.plan.card,
+        "devices": list(job.plan.chips),
+        "container_ids": list(range(len(job.plan.chips))),
+        "mode": job.plan.mode,
+        "nproc_per_node": nproc,
+        "nnodes": m.nnodes,
+        "node_rank": m.node_rank,
+        "master_addr": m.master_addr,
+        "master_port": m.master_port,
+        "command": last.command,
+        "container": last.container,
+        "kept": last.kept,
+        "exit_code": last.exit_code,
+        "signal": last.signal,
+        "duration_s": round(took, 3),
+        "ranks_seen": last.ranks,
+        "error": last.error,
+        "log_tail": last.tail,
+        "check": None,
+        "check_only": job.target is None,
+        "environment": env,
+        "notes": list(job.notes) + list(job.plan.notes),
+    }
+    if check:
+        doc["check"] = {
+            "container": check.container,
+            "command": check.command,
+            "exit_code": check.exit_code,
+            "signal": check.signal,
+            "duration_s": check.duration_s,
+            "kept": check.kept,
+            "result": check.collective,
+            "error": check.error,
+        }
+    return doc
+
+
+def exit_code(doc: dict) -> int:
+    """The container's exit code (torchrun's), 128 + signal number when interrupted, 1 for a check that
+    exited 0 without a good result."""
+    code = doc["exit_code"]
+    if code is None or (code == 0 and doc["status"] not in ("ok",)):
+        return 1
+    return int(code)
+
+
+def describe(doc: dict) -> list[str]:
+    """The closing lines for a person (stderr)."""
+    lines = []
+    chk = doc["check"]
+    if chk:
+        res = chk["result"]
+        if res and res.get("status") == "ok":
+            lines.append(f"check ok: all_reduce across {res['world_size']} ranks ({res['backend']} on {res['device']}),"
+                         f" peak bus bandwidth {res['busbw_peak_gbps']:.3f} GB/s")
+        elif not chk["signal"]:
+            why = "wrong sums" if res else (chk["error"] or "no result printed")
+            skipped = "; the run was not started" if not doc["check_only"] and doc["container"] == chk["container"] else ""
+            lines.append(f"check FAILED (exit {chk['exit_code']}): {why}{skipped}")
+    where = doc["container"] + (" kept" if doc["kept"] else " removed")
+    took = f"{doc['duration_s']:.1f} s"
+    if doc["status"] == "interrupted":
+        lines.append(f"interrupted by {doc['signal']} after {took}: container {where}; exit {doc['exit_code']}")
+    elif doc["exit_code"] == 0:
+        lines.append(f"run {doc['run_id']} finished: exit 0 in {took} (container {where})")
+    else:
+        err = f"; {doc['error']}" if doc["error"] else ""
+        lines.append(f"run {doc['run_id']} failed: exit {doc['exit_code']} after {took}{err} (container {where})")
+    return lines
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+def _say(err: TextIO | None, text: str) -> None:
+    if err is not None:
+        try:
+            err.write(f"provision launch: {text}\n")
+            err.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+
+
+def _quiet(fn, *args, **kw) -> None:
+    try:
+        fn(*args, **kw)
+    except Exception:  # noqa: BLE001 - already stopped or removed
+        pass
+
+
+def _join(argv: list[str]) -> str:
+    import shlex
+
+    return shlex.join(argv)
+
+
+def _short(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 200 else text[:197] + "..."

@@ -1,0 +1,5 @@
+import sys
+
+from provisioner.train.cli import main
+
+sys.exit(main())

@@ -1,0 +1,333 @@
+"""Trainer configuration: a YAML file plus ``key=value`` overrides, checked up front.
+
+No torch here: ``provision-train --check`` and the host-side launcher validate
+a config without the training stack installed. Every problem becomes a
+``ConfigError`` whose one-line message names the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from provisioner.errors import ProvisionError
+
+QWEN25_SYSTEM_PROMPT = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+
+
+class ConfigError(ProvisionError):
+    """A bad trainer config or data file; the message names the field or file:line."""
+
+
+@dataclass
+class LoraSettings:
+    r: int = 8
+    alpha: int = 16
+    dropout: float = 0.05
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "v_proj"])
+
+
+@dataclass
+class TrainConfig:
+    # Required: what to train, on what, and where to write.
+    model: str = ""
+    data: list[str] = field(default_factory=list)
+    output_dir: str = ""
+    # Method and length of the run.
+    method: str = "lora"
+    tokenizer: str | None = None
+    max_steps: int | None = None  # None: derived from num_epochs
+    num_epochs: float = 1.0
+    learning_rate: float | None = None  # None: 2e-4 for lora, 2e-5 for full
+    max_seq_len: int = 2048
+    micro_batch_size: int = 1
+    gradient_accumulation_steps: int = 1
+    # Optimiser and schedule.
+    lr_scheduler: str = "cosine"
+    warmup_ratio: float = 0.03
+    warmup_steps: int | None = None
+    min_lr_ratio: float = 0.0
+    weight_decay: float = 0.0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_epsilon: float = 1e-8
+    max_grad_norm: float = 1.0
+    optimizer: str = "auto"
+    # Model execution.
+    precision: str = "auto"
+    gradient_checkpointing: bool = True
+    attn_implementation: str = "auto"
+    packing: bool | str = "auto"
+    loss_chunk_tokens: int = 8192
+    npu_jit_compile: bool = False
+    strategy: str = "ddp"
+    offload_optimizer: bool = True
+    lora: LoraSettings = field(default_factory=LoraSettings)
+    # Data formatting.
+    data_format: str = "auto"
+    template: str = "auto"  # chatml (Qwen2.5) when the tokenizer has its tokens, else the tokenizer's own
+    system_prompt: str | None = None  # None: the template's default (Qwen2.5's for chatml); "": none
+    mask_history: bool = False
+    train_on_prompt: bool = False
+    eval_data: list[str] = field(default_factory=list)
+    eval_split: float = 0.0
+    eval_steps: int = 0  # 0: evaluate only at the end (when eval data exists)
+    seed: int = 42
+    data_seed: int | None = None
+    # Outputs.
+    logging_steps: int = 1
+    save_steps: int = 500  # 0: save only at the end
+    save_total_limit: int = 2  # 0: keep every checkpoint
+    export_merged: bool = False
+    metrics_file: str = "metrics.jsonl"
+    progress_bar: bool | str = "auto"
+    peak_tflops: float | None = None
+    dist_timeout_s: int = 1800
+
+    def resolved_learning_rate(self) -> float:
+        if self.learning_rate is not None:
+            return self.learning_rate
+        return 2e-4 if self.method == "lora" else 2e-5
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+REQUIRED = ("model", "data", "output_dir")
+CHOICES: dict[str, tuple[str, ...]] = {
+    "method": ("full", "lora"),
+    "lr_scheduler": ("cosine", "linear", "constant"),
+    "optimizer": ("auto", "adamw", "npu_fused_adamw"),
+    "precision": ("auto", "bf16", "fp16", "fp32"),
+    "attn_implementation": ("auto", "sdpa", "eager", "flash_attention_2", "flash_attention_3"),
+    "strategy": ("ddp", "zero2"),
+    "data_format": ("auto", "alpaca", "chat"),
+    "template": ("auto", "chatml", "tokenizer"),
+}
+_PATH_LISTS = ("data", "eval_data")
+
+
+def load_config(path: str | os.PathLike | None, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
+    """Read ``path`` (may be None when everything comes as overrides), apply overrides, validate."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        raw = _read_yaml(Path(path))
+    for item in overrides:
+        key, value = _parse_override(item)
+        _set_dotted(raw, key, value)
+    cfg = from_dict(raw)
+    validate(cfg)
+    return cfg
+
+
+def from_dict(raw: dict[str, Any]) -> TrainConfig:
+    """Build a TrainConfig from plain data, checking names and types (not values)."""
+    cfg = TrainConfig()
+    _fill(cfg, raw, prefix="")
+    return cfg
+
+
+def validate(cfg: TrainConfig) -> None:
+    """Check values that do not need torch: choices, ranges, paths."""
+    for name in REQUIRED:
+        if not getattr(cfg, name):
+            raise ConfigError(f"config: {name}: required")
+    for name, allowed in CHOICES.items():
+        value = getattr(cfg, name)
+        if value not in allowed:
+            raise ConfigError(f"config: {name}: must be one of {', '.join(allowed)} (got {value!r})")
+    for name in ("packing", "progress_bar"):
+        if getattr(cfg, name) not in (True, False, "auto"):
+            raise ConfigError(f"config: {name}: must be true, false or auto (got {getattr(cfg, name)!r})")
+    _check_model_dir("model", cfg.model)
+    if cfg.tokenizer is not None and not Path(cfg.tokenizer).is_dir():
+        raise ConfigError(f"config: tokenizer: directory not found: {cfg.tokenizer}")
+    for name in _PATH_LISTS:
+        for item in getattr(cfg, name):
+            p = Path(item)
+            if not p.is_file():
+                raise ConfigError(f"config: {name}: file not found: {item}")
+            if p.suffix not in (".json", ".jsonl"):
+                raise ConfigError(f"config: {name}: expected a .json or .jsonl file: {item}")
+    out = Path(cfg.output_dir)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"config: output_dir: exists and is not a directory: {cfg.output_dir}")
+    positive_ints = (
+        "max_seq_len",
+        "micro_batch_size",
+        "gradient_accumulation_steps",
+        "logging_steps",
+        "dist_timeout_s",
+    )
+    for name in positive_ints:
+        if getattr(cfg, name) < 1:
+            raise ConfigError(f"config: {name}: must be >= 1 (got {getattr(cfg, name)})")
+    for name in ("save_steps", "save_total_limit", "eval_steps", "loss_chunk_tokens"):
+        if getattr(cfg, name) < 0:
+            raise ConfigError(f"config: {name}: must be >= 0 (got {getattr(cfg, name)})")
+    if cfg.max_seq_len < 16:
+        raise ConfigError(f"config: max_seq_len: must be >= 16 (got {cfg.max_seq_len})")
+    if cfg.max_steps is not None and cfg.max_steps < 1:
+        raise ConfigError(f"config: max_steps: must be >= 1 (got {cfg.max_steps})")
+    if cfg.max_steps is None and cfg.num_epochs <= 0:
+        raise ConfigError(f"config: num_epochs: must be > 0 (got {cfg.num_epochs})")
+    if cfg.learning_rate is not None and cfg.learning_rate <= 0:
+        raise ConfigError(f"config: learning_rate: must be > 0 (got {cfg.learning_rate})")
+    if cfg.warmup_steps is not None and cfg.warmup_steps < 0:
+        raise ConfigError(f"config: warmup_steps: must be >= 0 (got {cfg.warmup_steps})")
+    for name in ("warmup_ratio", "min_lr_ratio"):
+        if not 0.0 <= getattr(cfg, name) <= 1.0:
+            raise ConfigError(f"config: {name}: must be between 0 and 1 (got {getattr(cfg, name)})")
+    if not 0.0 <= cfg.eval_split < 1.0:
+        raise ConfigError(f"config: eval_split: must be in [0, 1) (got {cfg.eval_split})")
+    if cfg.eval_split > 0 and cfg.eval_data:
+        raise ConfigError("config: eval_split: give either eval_data or eval_split, not both")
+    if cfg.max_grad_norm < 0:
+        raise ConfigError(f"config: max_grad_norm: must be >= 0 (got {cfg.max_grad_norm})")
+    if cfg.weight_decay < 0:
+        raise ConfigError(f"config: weight_decay: must be >= 0 (got {cfg.weight_decay})")
+    for name in ("adam_beta1", "adam_beta2"):
+        if not 0.0 <= getattr(cfg, name) < 1.0:
+            raise ConfigError(f"config: {name}: must be in [0, 1) (got {getattr(cfg, name)})")
+    if cfg.peak_tflops is not None and cfg.peak_tflops <= 0:
+        raise ConfigError(f"config: peak_tflops: must be > 0 (got {cfg.peak_tflops})")
+    if not cfg.metrics_file.endswith(".jsonl") or "/" in cfg.metrics_file:
+        raise ConfigError(
+            f"config: metrics_file: must be a plain file name ending in .jsonl (got {cfg.metrics_file!r})"
+        )
+    lora = cfg.lora
+    if lora.r < 1:
+        raise ConfigError(f"config: lora.r: must be >= 1 (got {lora.r})")
+    if lora.alpha <= 0:
+        raise ConfigError(f"config: lora.alpha: must be > 0 (got {lora.alpha})")
+    if not 0.0 <= lora.dropout < 1.0:
+        raise ConfigError(f"config: lora.dropout: must be in [0, 1) (got {lora.dropout})")
+    if not lora.target_modules:
+        raise ConfigError("config: lora.target_modules: must name at least one module")
+    if cfg.export_merged and cfg.method != "lora":
+        raise ConfigError("config: export_merged: only meaningful with method: lora")
+
+
+def _check_model_dir(name: str, value: str) -> None:
+    p = Path(value)
+    if not p.is_dir():
+        raise ConfigError(f"config: {name}: directory not found: {value}")
+    if not (p / "config.json").is_file():
+        raise ConfigError(f"config: {name}: {value} has no config.json (not a Hugging Face model directory)")
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config file: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise ConfigError(f"{where}: invalid YAML: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: config must be a mapping of keys to values")
+    return data
+
+
+def _parse_override(item: str) -> tuple[str, Any]:
+    key, sep, text = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"override {item!r}: expected key=value")
+    try:
+        value = yaml.safe_load(text) if text.strip() else None
+    except yaml.YAMLError:
+        value = text
+    return key, value
+
+
+def _set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = raw
+    for part in parts[:-1]:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = {}
+            node[part] = child
+        node = child
+    node[parts[-1]] = value
+
+
+def _fill(obj: Any, raw: dict[str, Any], prefix: str) -> None:
+    fields = {f.name: f for f in dataclasses.fields(obj)}
+    for key, value in raw.items():
+        name = f"{prefix}{key}"
+        if key not in fields:
+            hint = difflib.get_close_matches(str(key), list(fields), n=1)
+            extra = f" (did you mean {prefix}{hint[0]!r}?)" if hint else ""
+            raise ConfigError(f"config: {name}: unknown key{extra}")
+        current = getattr(obj, key)
+        if dataclasses.is_dataclass(current):
+            if not isinstance(value, dict):
+                raise ConfigError(f"config: {name}: expected a mapping")
+            _fill(current, value, prefix=f"{name}.")
+            continue
+        setattr(obj, key, _coerce(name, fields[key].type, value))
+
+
+def _coerce(name: str, type_text: Any, value: Any) -> Any:
+    """Coerce ``value`` to the annotated type (annotations are strings here)."""
+    t = str(type_text).replace(" ", "")
+    optional = t.endswith("|None")
+    base = t[: -len("|None")] if optional else t
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(f"config: {name}: must not be empty")
+    if base == "bool|str":
+        if isinstance(value, bool) or value == "auto":
+            return value
+        raise ConfigError(f"config: {name}: must be true, false or auto (got {value!r})")
+    if base == "list[str]":
+        if isinstance(value, str):
+            return [value]
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return list(value)
+        raise ConfigError(f"config: {name}: expected a string or a list of strings")
+    if base == "bool":
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"config: {name}: expected true or false (got {value!r})")
+    if base == "int":
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError(f"config: {name}: expected an integer (got {value!r})")
+    if base == "float":
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)  # YAML reads "2e-5" (no dot) as a string
+            except ValueError:
+                pass
+        raise ConfigError(f"config: {name}: expected a number (got {value!r})")
+    if base == "str":
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise ConfigError(f"config: {name}: expected a string (got {value!r})")
+    raise AssertionError(f"unhandled config type {t} for {name}")
+
+
+def dump_config(cfg: TrainConfig) -> str:
+    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)

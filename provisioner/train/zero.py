@@ -1,0 +1,111 @@
+"""DeepSpeed ZeRO-2 with optional CPU optimizer offload, behind the engine interface of engine.py.
+
+Used only with ``strategy: zero2`` and when deepspeed imports; otherwise the
+trainer falls back to DDP (loop.py says so in the log). On Ascend, DeepSpeed
+picks its NPU accelerator by itself once torch_npu is imported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from provisioner.train.config import TrainConfig
+from provisioner.train.device import DeviceInfo, Precision
+from provisioner.train.dist import World
+from provisioner.train.optim import build_scheduler, param_groups
+from provisioner.train.packing import Batch
+
+
+def available() -> bool:
+    return importlib.util.find_spec("deepspeed") is not None
+
+
+def ds_config(cfg: TrainConfig, prec: Precision) -> dict[str, Any]:
+    zero: dict[str, Any] = {"stage": 2, "contiguous_gradients": True, "overlap_comm": False}
+    if cfg.offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    return {
+        # Batches are built by the trainer; DeepSpeed only needs these for its bookkeeping.
+        "train_micro_batch_size_per_gpu": cfg.micro_batch_size,
+        "gradient_accumulation_steps": cfg.gradient_accumulation_steps,
+        "gradient_clipping": cfg.max_grad_norm,
+        "zero_optimization": zero,
+        "bf16": {"enabled": prec.name == "bf16"},
+        "fp16": {"enabled": prec.name == "fp16", "loss_scale": 0, "initial_scale_power": 16},
+        "optimizer": {
+            "type": "AdamW",
+            "params": {
+                "lr": cfg.resolved_learning_rate(),
+                "betas": [cfg.adam_beta1, cfg.adam_beta2],
+                "eps": cfg.adam_epsilon,
+                "weight_decay": cfg.weight_decay,
+            },
+        },
+        "steps_per_print": 2**31 - 1,
+        "wall_clock_breakdown": False,
+    }
+
+
+class ZeroEngine:
+    name = "zero2"
+
+    def __init__(
+        self,
+        loss_fn: nn.Module,
+        cfg: TrainConfig,
+        dev: DeviceInfo,
+        prec: Precision,
+        world: World,
+        total_steps: int,
+    ) -> None:
+        import deepspeed
+
+        self.loss_fn = loss_fn
+        self.gas = cfg.gradient_accumulation_steps
+        self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
+            model=loss_fn,
+            model_parameters=param_groups(loss_fn, cfg.weight_decay),
+            config=ds_config(cfg, prec),
+            lr_scheduler=lambda opt: build_scheduler(opt, cfg, total_steps),
+        )
+        self.module = self.engine
+        self._lr = float(self.scheduler.get_last_lr()[0])
+
+    def forward(self, b: Batch) -> torch.Tensor:
+        return self.engine(*b.inputs())
+
+    def accumulating(self, more_to_come: bool) -> contextlib.AbstractContextManager[Any]:
+        return contextlib.nullcontext()  # DeepSpeed tracks the accumulation boundary itself
+
+    def backward(self, loss: torch.Tensor) -> None:
+        # DeepSpeed divides by the accumulation steps; the loss is already normalised globally.
+        self.engine.backward(loss * self.gas)
+        self._lr = float(self.scheduler.get_last_lr()[0])  # the rate this step uses
+        self.engine.step()  # a real optimiser step only at the accumulation boundary
+
+    def step(self) -> float | torch.Tensor:
+        norm = self.engine.get_global_grad_norm()
+        return float("nan") if norm is None else norm
+
+    @property
+    def lr(self) -> float:
+        return self._lr
+
+    @property
+    def loss_scale(self) -> float | None:
+        scale = getattr(self.optimizer, "cur_scale", None)
+        return float(scale) if scale is not None else None
+
+    def save(self, path: Path, world: World) -> None:
+        self.engine.save_checkpoint(str(path), tag="zero", save_latest=False)
+
+    def load(self, path: Path, dev: DeviceInfo) -> None:
+        self.engine.load_checkpoint(
+            str(path), tag="zero", load_optimizer_states=True, load_lr_scheduler_states=True
+        )

@@ -1,0 +1,67 @@
+"""Fixtures for the device-plan tests: the shipped matrix, materialized plan-* hosts, a Docker client."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from provisioner import devices, enginefacts, matrix
+from tests.helpers import hosts
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+
+
+@pytest.fixture(scope="session")
+def shipped():
+    return matrix.load()
+
+
+@pytest.fixture(scope="session")
+def plan_hosts(tmp_path_factory):
+    """Every plan-* fixture host, materialized once per session: name -> FakeHost."""
+    if os.geteuid() != 0:
+        pytest.fail("fake hosts need root to mknod device nodes")
+    base = tmp_path_factory.mktemp("plan-hosts")
+    return {n: hosts.materialize(n, base) for n in hosts.names() if n.startswith("plan-")}
+
+
+def quiet_engine() -> enginefacts.EngineFacts:
+    """An engine that answered and runs nothing: the in-use check passes without a note."""
+    return enginefacts.EngineFacts(reachable=True)
+
+
+@pytest.fixture
+def make_plan(shipped, plan_hosts):
+    def make(host: str, card: str, spec: str, **kw) -> devices.DevicePlan:
+        h = plan_hosts[host]
+        kw.setdefault("engine", quiet_engine())
+        opts = devices.Options(card=card, devices=spec, root=str(h.root), dev_root=str(h.dev_root), **kw)
+        return devices.plan(shipped, opts)
+
+    return make
+
+
+def golden(name: str, text: str) -> None:
+    """Compare with tests/devices/golden/<name>; PROVISION_REGEN=1 rewrites it."""
+    path = GOLDEN / name
+    if os.environ.get("PROVISION_REGEN"):
+        path.write_text(text, encoding="utf-8")
+        return
+    assert path.is_file(), f"no golden file {path.name}; run with PROVISION_REGEN=1 and review it"
+    assert text == path.read_text(encoding="utf-8"), f"{path.name} differs; regenerate with PROVISION_REGEN=1 if intended"
+
+
+@pytest.fixture(scope="session")
+def docker_client():
+    """A client of a running engine; the test is skipped only when none is reachable."""
+    try:
+        import docker
+
+        client = docker.from_env(timeout=10)
+        client.ping()
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(f"no Docker engine reachable: {exc}")
+    yield client
+    client.close()

@@ -1,0 +1,118 @@
+"""Fixtures for the launch tests: an engine client, the launch image, simulated hosts, leftover checks.
+
+`launch_image` builds a small development image itself (tests/launch/devimage.py).
+REPLACED BY THE SHARED `provision_image` FIXTURE (tests/integration/conftest.py) AT MERGE:
+then `launch_image` returns `provision_image` and devimage.py goes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from provisioner import devices, matrix
+from tests.helpers import hosts
+
+# torch_npu without CANN breaks `import torch` unless autoloading is off; the shared
+# image has torch_npu, so every launch test passes this like a CPU user would.
+CPU_ENV = ["-e", "TORCH_DEVICE_BACKEND_AUTOLOAD=0"]
+
+
+@pytest.fixture(scope="session")
+def docker_client():
+    """A client of a running engine; the test is skipped only when none is reachable."""
+    try:
+        import docker
+
+        client = docker.from_env(timeout=60)
+        client.ping()
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(f"no Docker engine reachable: {exc}")
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def launch_image(docker_client):
+    """Tag of an image with python, torch (CPU) and this project; cached between runs."""
+    import docker
+
+    from tests.launch import devimage
+
+    builder = docker.from_env(timeout=900)  # builds answer only when done
+    try:
+        return devimage.ensure(builder, log=lambda msg: print(f"[launch_image] {msg}", flush=True))
+    except devimage.BaseImageMissing as exc:
+        pytest.skip(str(exc))
+    finally:
+        builder.close()
+
+
+@pytest.fixture(scope="session")
+def shipped():
+    return matrix.load()
+
+
+@pytest.fixture
+def sim_host(tmp_path):
+    """sim_host(name='plan-300ta2-4', sub='a') -> FakeHost whose nodes have /dev/null's numbers (openable)."""
+    if os.geteuid() != 0:
+        pytest.fail("simulated hosts need root to mknod device nodes")
+
+    def make(name: str = "plan-300ta2-4", sub: str = "a") -> hosts.FakeHost:
+        return hosts.materialize(name, tmp_path / sub, null_numbers=True)
+
+    return make
+
+
+@pytest.fixture
+def make_plan(shipped, sim_host):
+    """make_plan('0-3', card='300T-A2', name='plan-300ta2-4', **Options) -> DevicePlan (no engine asked)."""
+    made = []
+
+    def make(spec: str = "0-3", card: str = "300T-A2", name: str = "plan-300ta2-4", **kw) -> devices.DevicePlan:
+        made.append(name)
+        h = sim_host(name, sub=f"plan{len(made)}")
+        kw.setdefault("engine_skipped", "test")
+        return devices.plan(shipped, devices.Options(card=card, devices=spec, root=str(h.root), dev_root=str(h.dev_root), **kw))
+
+    return make
+
+
+def host_args(h: hosts.FakeHost) -> list[str]:
+    return ["--root", str(h.root), "--dev-root", str(h.dev_root)]
+
+
+def launch_containers(client, run_id: str | None = None) -> list:
+    from provisioner import launch
+
+    label = launch.LABEL if run_id is None else f"{launch.LABEL}={run_id}"
+    return client.containers.list(all=True, filters={"label": label})
+
+
+TEST_LABEL = "org.provision.test"
+
+
+@pytest.fixture
+def no_leftovers(docker_client):
+    """["--label", "org.provision.test=<id>"] for the launches of one test; fails the test when a container
+    with that label is left behind (and removes it). Other sessions' containers on the engine are not touched."""
+    import uuid
+
+    tag = f"{TEST_LABEL}={uuid.uuid4().hex[:12]}"
+    yield ["--label", tag]
+    left = docker_client.containers.list(all=True, filters={"label": tag})
+    for c in left:
+        c.remove(force=True)
+    assert not left, f"containers left behind: {[c.name for c in left]}"
+
+
+@pytest.fixture
+def probe_dir(tmp_path):
+    """tests/launch/probes copied to a directory the engine can bind-mount (read-only) at /probe."""
+    dest = tmp_path / "probe"
+    shutil.copytree(Path(__file__).parent / "probes", dest)
+    return dest
