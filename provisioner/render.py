@@ -197,6 +197,8 @@ def render(matrix, stack: dict, recipe, user: User | None = None, project_root: 
     ctx.add("files/rootfs/etc/provision/cann-env.sh", _raw("files/cann-env.sh"))
     ctx.add("files/rootfs/etc/profile.d/provision-cann.sh", _raw("files/profile-cann.sh"))
     ctx.add("files/rootfs/usr/local/bin/provision-entrypoint", _raw("files/entrypoint.sh"), EXECUTABLE)
+    # `provision doctor` inside the image checks what it finds against this (the labels carry the same).
+    ctx.add("files/rootfs/etc/provision/stack.json", (json.dumps(stack, indent=2, ensure_ascii=False) + "\n").encode())
     for rel, content in build_inputs().items():
         ctx.add(f"build/{rel}", content)
     for rel, src in project.files(root).items():
