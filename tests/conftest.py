@@ -8,6 +8,9 @@ import pytest
 
 from tests.helpers import hosts
 
+# docker_client, base_image, wheelhouse, provision_image, run_in_image: shared engine fixtures.
+pytest_plugins = ["tests.helpers.engine"]
+
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):

@@ -1,4 +1,4 @@
-"""`provision audit --image` against a real Docker engine (skipped when none is reachable)."""
+"""`provision audit --image` against a real Docker engine (the shared engine fixture)."""
 
 import io
 import json
@@ -12,15 +12,8 @@ pytestmark = pytest.mark.docker
 
 
 @pytest.fixture(scope="module")
-def engine():
-    docker = pytest.importorskip("docker")
-    try:
-        client = docker.from_env(timeout=10)
-        client.ping()
-    except Exception as exc:  # noqa: BLE001
-        pytest.skip(f"no Docker engine reachable: {exc}")
-    yield client
-    client.close()
+def engine(docker_client):
+    return docker_client
 
 
 def _build(client, tag: str, labels: dict) -> None:

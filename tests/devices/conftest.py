@@ -53,15 +53,3 @@ def golden(name: str, text: str) -> None:
     assert text == path.read_text(encoding="utf-8"), f"{path.name} differs; regenerate with PROVISION_REGEN=1 if intended"
 
 
-@pytest.fixture(scope="session")
-def docker_client():
-    """A client of a running engine; the test is skipped only when none is reachable."""
-    try:
-        import docker
-
-        client = docker.from_env(timeout=10)
-        client.ping()
-    except Exception as exc:  # noqa: BLE001
-        pytest.skip(f"no Docker engine reachable: {exc}")
-    yield client
-    client.close()

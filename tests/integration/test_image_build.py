@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import CANARY, CARD, OVERLAY, TORCH, build_args, provision, trusted_ca_file
+from tests.helpers.engine import CANARY, CARD, OVERLAY, TORCH, build_args, provision, trusted_ca_file
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -247,7 +247,7 @@ def test_failing_step_shows_its_log_tail(base_image, tmp_path):
 
 def test_fully_offline_build(base_image, wheelhouse, provision_image, run_in_image, docker_client, tmp_path):
     """--offline with a wheelhouse holding every locked wheel builds with no network at all (--network none)."""
-    from tests.integration.conftest import ROOT
+    from tests.helpers.engine import ROOT
 
     ctx = tmp_path / "ctx"
     proc = provision("render", "--card", CARD, "--torch", TORCH, "--base-image", base_image, "--matrix",

@@ -1,8 +1,7 @@
-"""Fixtures for the launch tests: an engine client, the launch image, simulated hosts, leftover checks.
+"""Fixtures for the launch tests: the launch image, simulated hosts, leftover checks.
 
-`launch_image` builds a small development image itself (tests/launch/devimage.py).
-REPLACED BY THE SHARED `provision_image` FIXTURE (tests/integration/conftest.py) AT MERGE:
-then `launch_image` returns `provision_image` and devimage.py goes.
+The engine client and the image come from the shared engine fixtures (tests/helpers/engine.py):
+`launch_image` is the 300T-A2 image `provision build` makes for the integration tests.
 """
 
 from __future__ import annotations
@@ -22,33 +21,9 @@ CPU_ENV = ["-e", "TORCH_DEVICE_BACKEND_AUTOLOAD=0"]
 
 
 @pytest.fixture(scope="session")
-def docker_client():
-    """A client of a running engine; the test is skipped only when none is reachable."""
-    try:
-        import docker
-
-        client = docker.from_env(timeout=60)
-        client.ping()
-    except Exception as exc:  # noqa: BLE001
-        pytest.skip(f"no Docker engine reachable: {exc}")
-    yield client
-    client.close()
-
-
-@pytest.fixture(scope="session")
-def launch_image(docker_client):
-    """Tag of an image with python, torch (CPU) and this project; cached between runs."""
-    import docker
-
-    from tests.launch import devimage
-
-    builder = docker.from_env(timeout=900)  # builds answer only when done
-    try:
-        return devimage.ensure(builder, log=lambda msg: print(f"[launch_image] {msg}", flush=True))
-    except devimage.BaseImageMissing as exc:
-        pytest.skip(str(exc))
-    finally:
-        builder.close()
+def launch_image(provision_image):
+    """An image with python, torch (CPU), torch_npu and this project with its train extra."""
+    return provision_image
 
 
 @pytest.fixture(scope="session")

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import io
+import json
 import os
 import re
 import stat
-import tarfile
-import uuid
 
 import pytest
 
@@ -40,40 +38,23 @@ def test_simulated_host_plans_like_a_real_one(tmp_path, shipped):
     assert (root2 / "usr/local/Ascend/driver/version.info").read_text() == ""
 
 
-@pytest.fixture
-def trainer_image(docker_client, launch_image):
-    """launch_image plus a stand-in `provisioner.train` that prints its rank and arguments (until the real one merges)."""
-    main = b"import os, sys\nprint('TRAINER rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'], 'args', sys.argv[1:])\n"
-    dockerfile = (f"FROM {launch_image}\nCOPY train /tmp/train\n"
-                  "RUN d=$(python -c 'import os, provisioner; print(os.path.dirname(provisioner.__file__))')"
-                  " && rm -rf $d/train && cp -r /tmp/train $d/train && rm -rf /tmp/train\n").encode()
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, data in (("Dockerfile", dockerfile), ("train/__init__.py", b""), ("train/__main__.py", main)):
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    tag = f"provision-test/launch-trainer:{uuid.uuid4().hex[:8]}"
-    docker_client.images.build(fileobj=io.BytesIO(buf.getvalue()), custom_context=True, tag=tag, network_mode="none",
-                               rm=True)
-    yield tag
-    docker_client.images.remove(tag, force=True)
-
-
 @pytest.mark.docker
 @pytest.mark.slow
-def test_launch_steps_without_and_with_a_trainer(launch_image, trainer_image, docker_client, capfd):
-    demo.launch_steps(launch_image, ["--config", "/x.yaml", "max_steps=2"])
+def test_demo_launch_runs_the_check_and_a_real_short_training(launch_image, docker_client, tmp_path, capfd):
+    from provisioner.demo.job import prepare_job
+
+    job = tmp_path / "job"
+    args = prepare_job(job)
+    demo.launch_steps(launch_image, args, job_dir=job)
     out, err = capfd.readouterr()
     assert "--check-only" in out and "[rank0]:all_reduce: 2 ranks (2 per node), backend gloo on cpu" in out
     assert "check ok: all_reduce across 2 ranks (gloo on cpu)" in err
-    assert "short trainer run skipped (provisioner.train is not in the image yet)" in out
-    first_err = err
-
-    demo.launch_steps(trainer_image, ["--config", "/x.yaml", "max_steps=2"])
-    out, err = capfd.readouterr()
-    for rank in (0, 1):
-        assert f"[rank{rank}]:TRAINER rank {rank} of 2 args ['--config', '/x.yaml', 'max_steps=2']" in out
-    assert "-m provisioner.train --config /x.yaml max_steps=2" in err
-    for run_id in re.findall(r"provision launch: run ([0-9a-f]{12}) finished: exit 0", first_err + err):
+    assert "-m provisioner.train --config /job/train.yaml --json" in err
+    rows = [json.loads(x) for x in (job / "out" / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    losses = [r["loss"] for r in rows if "loss" in r]
+    assert len(losses) == 12 and losses[-1] < losses[0], losses
+    assert (job / "out" / "loss_curve.png").is_file()
+    assert sorted(p.name for p in (job / "out" / "checkpoints").iterdir())[-1] == "step-00000012"
+    assert "loss " in out and "checkpoints: " in out
+    for run_id in re.findall(r"provision launch: run ([0-9a-f]{12}) finished: exit 0", err):
         assert not launch_containers(docker_client, run_id)

@@ -1,5 +1,8 @@
 """Fixtures for tests against a real Docker engine (session scope; the image is built once per session).
 
+Registered for the whole suite by tests/conftest.py (pytest_plugins), so every area
+(integration, devices, audit, launch) shares one engine client and one test image.
+
 Contract other areas rely on (keep names and meaning):
 - `docker_client`: a docker-py client of a running engine (started by scripts/engine.sh if needed).
 - `base_image`: tag of the local Debian bookworm base (python3, pip, venv; scripts/base-image.sh).

@@ -1,0 +1,5 @@
+import sys
+
+from provisioner.demo import main
+
+sys.exit(main())

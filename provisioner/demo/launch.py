@@ -1,0 +1,121 @@
+"""Demo: launch an image on a simulated host (fake device nodes, CPU workers)."""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+from provisioner.demo.steps import step
+
+# The card the launch steps simulate, and how many of its chips.
+LAUNCH_CARD = "300T-A2"
+LAUNCH_CHIPS = 2
+SIM_ID = 1000  # uid/gid of the simulated host's driver account
+
+
+def simulated_host(base: Path, image_stack: dict | None, chips: int = LAUNCH_CHIPS) -> tuple[Path, Path]:
+    """A host root and dev root for LAUNCH_CARD: chip and manager nodes made with mknod (needs root).
+
+    Node names come from the card's device family in matrices/devices.yaml; every
+    node gets /dev/null's numbers, so a container can open it and nothing real is
+    touched. The root holds an empty driver tree; its version.info names the
+    driver the image's stack is paired with, when the image says.
+    """
+    from provisioner import hostfs, matrix
+
+    m = matrix.load()
+    _, family, _ = m.lookup_card(LAUNCH_CARD)
+    dfam = next(r for r in m.rows("device_families") if r["id"] == family["device_family"])
+    dev = base / "dev"
+    dev.mkdir(parents=True)
+    names = [dfam["chip_node"].format(id=i) for i in range(chips)]
+    names += [row["name"] for row in dfam["nodes"] if row["need"] == "required"]
+    root = base / "root"
+    # The driver's run account owns the nodes (mode 0660) on real hosts; its gid varies by install.
+    user = hostfs.account(root)["user"]
+    (root / "etc").mkdir(parents=True)
+    (root / "etc" / "passwd").write_text(f"root:x:0:0::/root:/bin/sh\n{user}:x:{SIM_ID}:{SIM_ID}::/home/{user}:/bin/sh\n")
+    (root / "etc" / "group").write_text(f"root:x:0:\n{user}:x:{SIM_ID}:\n")
+    null = os.stat("/dev/null").st_rdev
+    for name in names:
+        os.mknod(dev / name, 0o660 | stat.S_IFCHR, null)
+        os.chown(dev / name, SIM_ID, SIM_ID)
+        os.chmod(dev / name, 0o660)  # mknod applies the umask
+    driver = root / hostfs.DRIVER_DIRS[0]
+    (driver / "lib64").mkdir(parents=True)
+    paired = ((image_stack or {}).get("driver") or {}).get("paired") or []
+    (driver / "version.info").write_text(f"Version={paired[0]}\n" if paired else "")
+    install = "/" + str(Path(hostfs.DRIVER_DIRS[0]).parent)
+    (root / "etc" / "ascend_install.info").write_text(f"Driver_Install_Path_Param={install}\n")
+    (root / "usr" / "local" / "dcmi").mkdir(parents=True)
+    (root / "usr" / "local" / "bin").mkdir(parents=True)
+    npu_smi = root / "usr" / "local" / "bin" / "npu-smi"
+    npu_smi.write_text("#!/bin/sh\necho 'npu-smi: simulated host, no chips to report' >&2\nexit 1\n")
+    npu_smi.chmod(0o755)
+    return root, dev
+
+
+def _image_facts(image: str) -> tuple[dict | None, str | None]:
+    """The image's stack label, and why the bundled trainer cannot run in it (None: it can)."""
+    import json
+
+    from provisioner import enginefacts
+
+    try:
+        import docker
+
+        client = docker.from_env(timeout=60)
+        labels = (client.api.inspect_image(image).get("Config") or {}).get("Labels") or {}
+        probe = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('provisioner.train') else 3)"
+        try:
+            client.containers.run(image, ["python", "-c", probe], remove=True, network_mode="none",
+                                  environment={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+            missing = None
+        except docker.errors.ContainerError as exc:
+            missing = "provisioner.train is not in the image yet" if exc.exit_status == 3 else f"python failed: {exc}"
+        client.close()
+    except Exception as exc:  # noqa: BLE001 - the launch step itself reports an absent engine or image
+        return None, f"cannot look into {image}: {' '.join(str(exc).split())[:160]}"
+    raw = labels.get(enginefacts.STACK_LABEL)
+    try:
+        stack = json.loads(raw) if raw else None
+    except ValueError:
+        stack = None
+    return stack, missing
+
+
+def launch_steps(image: str, train_args: list[str] | None = None, job_dir: Path | None = None) -> None:
+    """Launch `image` on a simulated 2-chip Atlas 300T A2 host (fake device nodes, CPU workers):
+    the collective smoke test, then a short run of the bundled trainer when the image has it.
+
+    `train_args` are the trainer's arguments for that short run (after `--`); `job_dir`
+    is mounted read-write at /job (model, data, config and outputs).
+    """
+    title = f"Launch on a simulated {LAUNCH_CHIPS}-chip {LAUNCH_CARD} host"
+    if os.geteuid() != 0:
+        print(f"\n=== {title}: skipped (simulated device nodes are made with mknod, which needs root)")
+        return
+    stack, no_trainer = _image_facts(image)
+    with tempfile.TemporaryDirectory(prefix="provision-demo-host-") as tmp:
+        root, dev = simulated_host(Path(tmp), stack)
+        base = ["launch", "--card", LAUNCH_CARD, "--devices", f"0-{LAUNCH_CHIPS - 1}", "--root", str(root),
+                "--dev-root", str(dev), "--image", image,
+                # torch_npu without CANN breaks `import torch` unless backend autoloading is off.
+                "-e", "TORCH_DEVICE_BACKEND_AUTOLOAD=0"]
+        step(f"{title}: collective smoke test (all_reduce over both chips' workers; gloo on CPU here)",
+             base + ["--check-only"])
+        if no_trainer:
+            print(f"\n=== {title}: short trainer run skipped ({no_trainer})")
+            return
+        if not train_args:
+            print(f"\n=== {title}: short trainer run skipped (no trainer arguments given to launch_steps)")
+            return
+        mounts = ["-v", f"{Path(job_dir).resolve()}:/job", "-e", "HF_HUB_OFFLINE=1"] if job_dir else []
+        step(f"{title}: a short LoRA run of the bundled trainer (tiny random Qwen2, real Qwen tokenizer)",
+             base + mounts + ["--", *train_args])
+        if job_dir:
+            from provisioner.demo.job import summarize
+
+            print(summarize(job_dir), flush=True)
