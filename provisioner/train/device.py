@@ -31,6 +31,23 @@ def prepare_env() -> None:
     """Environment that must be in place before torch is imported."""
     if not cann_present():
         os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+        _hide_torch_npu()
+
+
+def _hide_torch_npu() -> None:
+    """Make an installed torch_npu invisible when CANN is absent.
+
+    transformers' is_torch_npu_available() finds the package and then imports it
+    unguarded, which fails on libhccl.so in a CPU-only container (the official
+    image without a mounted driver, a laptop). A None entry in sys.modules makes
+    importlib.util.find_spec() answer None and `import torch_npu` a clean
+    ImportError, so every library takes its no-NPU path.
+    """
+    import importlib.util
+    import sys
+
+    if "torch_npu" not in sys.modules and importlib.util.find_spec("torch_npu") is not None:
+        sys.modules["torch_npu"] = None  # type: ignore[assignment]
 
 
 def _npu_available() -> bool:
