@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from provisioner.errors import ProvisionError
+from provisioner.stack import summary as stack_summary
 
 CONTEXT_SCHEMA = "provision.context/1"
 MANIFEST = "stack.json"
@@ -134,7 +135,7 @@ def image_tag(stack: dict, recipe, user: User | None = None) -> str:
 
 def labels(stack: dict, recipe, tag: str, project, lock_sha: str, package_set: str) -> dict[str, str]:
     """OCI labels plus the whole Stack as compact JSON (the contract audit and launch read back)."""
-    summary = _summary(stack)
+    summary = stack_summary(stack)
     return {
         "org.opencontainers.image.title": recipe.repository,
         "org.opencontainers.image.description": f"{recipe.title}: {summary}",
@@ -148,19 +149,6 @@ def labels(stack: dict, recipe, tag: str, project, lock_sha: str, package_set: s
         "org.provision.stack.id": stack["id"],
         "org.provision.stack": json.dumps(stack, separators=(",", ":"), ensure_ascii=True),
     }
-
-
-def _summary(stack: dict) -> str:
-    parts = [stack["card"]["id"], f"CANN {stack['cann']['version']}"]
-    if stack.get("torch"):
-        parts.append(f"torch {stack['torch']['version']} + torch_npu {stack['torch_npu']['version']}")
-    if stack.get("mindspore"):
-        parts.append(f"MindSpore {stack['mindspore']['version']}")
-    parts.append(f"Python {stack['python']}")
-    if stack.get("apex"):
-        parts.append("Apex")
-    parts += [name.replace("_", "-") for name in sorted(stack.get("extras") or {})]
-    return ", ".join(parts)
 
 
 # ------------------------------------------------------------------ render
@@ -184,7 +172,7 @@ def render(matrix, stack: dict, recipe, user: User | None = None, project_root: 
     values = dict(
         stack=stack, recipe=recipe, layers=layers, labels=label_map, user=user, repos=repos,
         apex=stack.get("apex"), project_extras=recipe.project_extras, project=proj,
-        build_tools=recipe.build_tools, summary=_summary(stack), package_set=row["id"],
+        build_tools=recipe.build_tools, summary=stack_summary(stack), package_set=row["id"],
         allow=_unlocked_allowed(stack, proj), strict=not repos,
     )
     dockerfile = _render(recipe.template, **values)

@@ -246,6 +246,20 @@ def make_stack(ctx: Context, cand: dict, via_alias: str | None) -> dict:
     return stack
 
 
+def summary(stack: dict) -> str:
+    """One line naming the parts of a stack: card, CANN, framework, Python, Apex and extras."""
+    parts = [stack["card"]["id"], f"CANN {stack['cann']['version']}"]
+    if stack.get("torch"):
+        parts.append(f"torch {stack['torch']['version']} + torch_npu {stack['torch_npu']['version']}")
+    if stack.get("mindspore"):
+        parts.append(f"MindSpore {stack['mindspore']['version']}")
+    parts.append(f"Python {stack['python']}")
+    if stack.get("apex"):
+        parts.append("Apex")
+    parts += [name.replace("_", "-") for name in sorted(stack.get("extras") or {})]
+    return ", ".join(parts)
+
+
 _HASHED = ("card", "chip", "task", "arch", "os", "python", "framework", "cann", "base_image", "torch", "torch_npu",
            "mindspore", "apex", "extras", "dtype")
 

@@ -90,18 +90,9 @@ def _fixed_by(options: dict) -> dict | None:
 
 
 def summary(stack: dict) -> str:
-    parts = [stack["card"]["id"], f"CANN {stack['cann']['version']}"]
-    if stack.get("torch"):
-        parts.append(f"torch {stack['torch']['version']} + torch_npu {stack['torch_npu']['version']}")
-    if stack.get("mindspore"):
-        parts.append(f"MindSpore {stack['mindspore']['version']}")
-    parts.append(f"Python {stack['python']}")
-    if stack.get("apex"):
-        parts.append("Apex")
-    for name in stack.get("extras", {}):
-        parts.append(name.replace("_", "-"))
-    parts.append(stack["dtype"]["compute"])
-    return ", ".join(parts) + f" ({stack['base_image']['ref']})"
+    from provisioner.stack import summary as parts
+
+    return f"{parts(stack)}, {stack['dtype']['compute']} ({stack['base_image']['ref']})"
 
 
 def _indent(text: str) -> str:
