@@ -9,14 +9,12 @@ from __future__ import annotations
 import json
 import os
 import zlib
-from pathlib import Path
 
 
-def cache_dir() -> Path:
-    root = os.environ.get("PROVISION_CACHE") or os.path.join(
+def cache_dir() -> str:
+    return os.environ.get("PROVISION_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "provision"
     )
-    return Path(root)
 
 
 def fingerprint(*parts: str) -> str:
@@ -29,7 +27,7 @@ def read(name: str):
     if os.environ.get("PROVISION_NO_CACHE"):
         return None
     try:
-        with (cache_dir() / name).open(encoding="utf-8") as fh:
+        with open(os.path.join(cache_dir(), name), encoding="utf-8") as fh:
             return json.load(fh)
     except (OSError, ValueError):
         return None
@@ -38,11 +36,13 @@ def read(name: str):
 def write(name: str, obj) -> None:
     if os.environ.get("PROVISION_NO_CACHE"):
         return
-    path = cache_dir() / name
+    root = cache_dir()
+    path = os.path.join(root, name)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(obj, separators=(",", ":")), encoding="utf-8")
+        os.makedirs(root, exist_ok=True)
+        tmp = os.path.join(root, f".{name}.{os.getpid()}.tmp")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(obj, separators=(",", ":")))
         os.replace(tmp, path)
     except OSError:
         pass
@@ -54,11 +54,9 @@ def cached_resolve(matrix, req):
     A warm `provision resolve` then imports neither the resolver nor the
     matrix schema. Refusals are cached too and raised again as ResolveError.
     """
-    from dataclasses import asdict
-
     from provisioner.errors import ResolveError
 
-    key = fingerprint(matrix.fingerprint, json.dumps(asdict(req), sort_keys=True, default=list))
+    key = fingerprint(matrix.fingerprint, json.dumps(req.as_dict(), sort_keys=True, default=list))
     name = f"resolve-{key}.json"
     hit = read(name) if matrix.fingerprint else None
     if hit is None:

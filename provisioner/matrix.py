@@ -15,11 +15,10 @@ from __future__ import annotations
 import os
 import re
 from functools import cached_property
-from pathlib import Path
 
 from provisioner import cache
 from provisioner.errors import MatrixError
-from provisioner.paths import data_dir
+from provisioner.paths import data_path
 from provisioner.versions import V, VersionError, parse
 
 VERSION_KEYED = {"cann", "hdk", "firmware", "torch_npu_releases", "torch_npu", "torch", "mindspore"}
@@ -36,30 +35,32 @@ def _row_key(section: str, value) -> tuple | str:
     return str(value).lower()
 
 
-def _files(path: Path) -> list[Path]:
-    if path.is_dir():
-        return sorted(p for p in path.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
-    if path.is_file():
+def _files(path: str) -> list[str]:
+    if os.path.isdir(path):
+        return sorted(p for p in (os.path.join(path, n) for n in os.listdir(path))
+                      if p.endswith((".yaml", ".yml")) and os.path.isfile(p))
+    if os.path.isfile(path):
         return [path]
     raise MatrixError(f"{path}: matrix overlay not found (expected a YAML file or a directory of them)")
 
 
-def layer_paths(overlays: list[str | Path] | None = None) -> list[tuple[str, list[Path]]]:
+def layer_paths(overlays: list | None = None) -> list[tuple[str, list[str]]]:
     """The layers to load, each as (name, files)."""
-    base = data_dir("matrices")
-    layers = [("shipped", _files(base))]
+    layers = [("shipped", _files(data_path("matrices")))]
     env = os.environ.get(ENV_VAR, "")
     for item in [p for p in env.split(os.pathsep) if p] + [str(p) for p in overlays or []]:
-        layers.append((item, _files(Path(item))))
+        layers.append((item, _files(item)))
     return layers
 
 
-def _label(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        base = data_dir("matrices")
-        return f"matrices/{path.name}" if path.parent.resolve() == base.resolve() else str(path)
+def _label(path: str) -> str:
+    """How an error names a file: relative to the working directory when inside it."""
+    real = os.path.realpath(path)
+    rel = os.path.relpath(real, os.path.realpath(os.getcwd()))
+    if not rel.startswith(".."):
+        return rel
+    shipped = os.path.realpath(data_path("matrices"))
+    return f"matrices/{os.path.basename(path)}" if os.path.dirname(real) == shipped else str(path)
 
 
 # Code whose behaviour a cached matrix or a cached resolution depends on.
@@ -67,19 +68,19 @@ _CODE = ("matrix.py", "schema.py", "versions.py", "yamlio.py", "request.py", "re
 
 
 def fingerprint(layers) -> str:
-    code = Path(__file__).resolve().parent
+    code = os.path.dirname(os.path.realpath(__file__))
     parts = []
     for name in _CODE:
-        st = (code / name).stat()
+        st = os.stat(os.path.join(code, name))
         parts.append(f"{name}:{st.st_mtime_ns}:{st.st_size}")
     for _, files in layers:
         for f in files:
-            st = f.stat()
-            parts.append(f"{f.resolve()}:{st.st_mtime_ns}:{st.st_size}")
+            st = os.stat(f)
+            parts.append(f"{os.path.realpath(f)}:{st.st_mtime_ns}:{st.st_size}")
     return cache.fingerprint(*parts)
 
 
-def load(overlays: list[str | Path] | None = None, use_cache: bool = True) -> Matrix:
+def load(overlays: list | None = None, use_cache: bool = True) -> Matrix:
     """Load and validate the matrix with its overlays (see the module docstring)."""
     layers = layer_paths(overlays)
     names = [name for name, _ in layers]
@@ -95,6 +96,8 @@ def load(overlays: list[str | Path] | None = None, use_cache: bool = True) -> Ma
 
 
 def _build(layers) -> dict:
+    from pathlib import Path
+
     from provisioner import schema
     from provisioner.yamlio import load as load_yaml
 
@@ -104,7 +107,7 @@ def _build(layers) -> dict:
         seen: dict[tuple[str, object], str] = {}
         for path in files:
             label = _label(path)
-            doc = load_yaml(path, label)
+            doc = load_yaml(Path(path), label)
             if doc is None:
                 continue
             if not isinstance(doc, dict):

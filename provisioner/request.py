@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field, fields, replace
 
 from provisioner.errors import ProvisionError
 
@@ -12,30 +11,47 @@ EXTRA_ALIASES = {"mindspeed": "mindspeed-llm", "mindspeed-rl": "mindspeed-llm", 
 ARCH_ALIASES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
 
 
-@dataclass(frozen=True)
 class Request:
-    card: str | None = None
-    task: str | None = None
-    framework: str | None = None
-    cann: str | None = None
-    torch: str | None = None
-    torch_npu: str | None = None
-    mindspore: str | None = None
-    python: str | None = None
-    arch: str | None = None
-    os: str | None = None
-    driver: str | None = None
-    dtype: str | None = None
-    extras: tuple[str, ...] = ()
-    pins: tuple[tuple[str, str], ...] = ()
-    base_image: str | None = None
-    registry: str | None = None
-    profile: str | None = None
-    host_os: str | None = None
-    arch_from_host: bool = field(default=False, compare=False)
+    """An immutable set of constraints (a plain class: dataclasses would cost
+    `provision resolve` several milliseconds of imports at every start)."""
+
+    FIELDS = ("card", "task", "framework", "cann", "torch", "torch_npu", "mindspore", "python", "arch", "os",
+              "driver", "dtype", "extras", "pins", "base_image", "registry", "profile", "host_os", "arch_from_host")
+    _DEFAULTS = {"extras": (), "pins": (), "arch_from_host": False}
+    __slots__ = FIELDS
+
+    def __init__(self, **values):
+        unknown = set(values) - set(self.FIELDS)
+        if unknown:
+            raise TypeError(f"unknown request fields: {', '.join(sorted(unknown))}")
+        for name in self.FIELDS:
+            object.__setattr__(self, name, values.get(name, self._DEFAULTS.get(name)))
+
+    def __setattr__(self, name, value):
+        raise AttributeError("Request is immutable; use replace()")
+
+    def replace(self, **changes) -> Request:
+        return Request(**{**self.as_dict(), **changes})
+
+    def as_dict(self) -> dict:
+        """Every field, as given (the cache key)."""
+        return {name: getattr(self, name) for name in self.FIELDS}
+
+    def _key(self) -> tuple:
+        # arch_from_host only changes an explanation, not the request itself.
+        return tuple(getattr(self, n) for n in self.FIELDS if n != "arch_from_host")
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Request) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return f"Request({', '.join(f'{k}={v!r}' for k, v in self.as_dict().items() if v not in (None, (), False))})"
 
     def to_dict(self) -> dict:
-        out = {k: v for k, v in asdict(self).items() if v not in (None, (), False)}
+        out = {k: v for k, v in self.as_dict().items() if v not in (None, (), False)}
         out.pop("arch_from_host", None)
         if self.extras:
             out["extras"] = list(self.extras)
@@ -73,7 +89,7 @@ def build(matrix, profile: str | None = None, **options) -> Request:
         base["extras"] = parse_extras(cons.get("with", ()))
         base["pins"] = tuple(sorted((cons.get("pins") or {}).items()))
         base["profile"] = prof["name"]
-    known = {f.name for f in fields(Request)}
+    known = set(Request.FIELDS)
     for key, value in options.items():
         if key not in known:
             raise ProvisionError(f"unknown option {key!r}")
@@ -99,5 +115,18 @@ def build(matrix, profile: str | None = None, **options) -> Request:
         if bad:
             raise ProvisionError(f"{', '.join(bad)} do not apply to --framework mindspore")
     if req.mindspore and req.framework is None:
-        req = replace(req, framework="mindspore")
+        req = req.replace(framework="mindspore")
     return req
+
+
+def stack_for(overlays, options: dict):
+    """Load the matrix (with overlays), build the request and resolve it (cached).
+
+    Returns (matrix, stack); a refusal raises ResolveError, bad input ProvisionError.
+    """
+    from provisioner import cache, matrix
+
+    m = matrix.load(list(overlays or ()))
+    opts = dict(options)
+    profile = opts.pop("profile", None)
+    return m, cache.cached_resolve(m, build(m, profile=profile, **opts))

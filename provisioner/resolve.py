@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 
 from provisioner.errors import ResolveError
@@ -580,7 +580,7 @@ def resolve(matrix, req: Request):
 
     card, family, via_alias = matrix.lookup_card(req.card)
     task = req.task or matrix.policy.get("default_task", "train")
-    req = replace(req, task=task)
+    req = req.replace(task=task)
     refusal = training_refusal(family, card) if task == "train" else None
     outcome = solve(matrix, req, card, family)
     if refusal is None and outcome.cand is not None:
@@ -592,7 +592,7 @@ def resolve(matrix, req: Request):
         # Say what else is wrong on the hardware that can train, and offer that.
         for fallback in matrix.policy.get("training_fallback_cards", []):
             fcard, ffam, _ = matrix.lookup_card(fallback)
-            fout = solve(matrix, replace(req, card=fcard["id"]), fcard, ffam)
+            fout = solve(matrix, req.replace(card=fcard["id"]), fcard, ffam)
             if fout.cand is not None:
                 alternatives.append(([f"--card {req.card}"], fout.ctx, fout.cand))
             else:

@@ -1,60 +1,32 @@
 """The ``provision`` command line: parse, call the library, print a table or JSON.
 
-Only click is imported at start. Each command module imports the library code
-it needs inside its functions, so ``provision --help`` stays fast.
+`main` is the console script. A warm `provision resolve` takes the fast path
+(provisioner/cli/fast.py: same options table, same output, no click import);
+everything else, and every error, goes through the click application
+(provisioner/cli/app.py).
 """
 
 from __future__ import annotations
 
 import sys
 
-import click
-
-from provisioner.errors import ProvisionError
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-def cli() -> None:
-    """Consistent Ascend NPU stacks: resolve versions, build images, run and audit hosts."""
-
-
-def _register() -> None:
-    # Command modules are small and import only click at module level.
-    from provisioner.cli import audit_cmds, device_cmds, image_cmds, launch_cmds, matrix_cmds
-
-    for module in (matrix_cmds, device_cmds, launch_cmds, audit_cmds, image_cmds):
-        module.register(cli)
-
-
-_register()
-
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: every failure becomes one line on stderr and exit code 2."""
-    try:
-        rv = cli.main(args=argv, prog_name="provision", standalone_mode=False)
-    except ProvisionError as exc:
-        click.echo(f"provision: error: {exc}", err=True)
-        return exc.exit_code
-    except click.exceptions.Exit as exc:
-        return exc.exit_code
-    except click.Abort:
-        click.echo("provision: aborted", err=True)
-        return 130
-    except click.ClickException as exc:
-        click.echo(f"provision: error: {_one_line(exc.format_message())}", err=True)
-        return 2
-    except KeyboardInterrupt:
-        click.echo("provision: interrupted", err=True)
-        return 130
-    except BrokenPipeError:
-        return 0
-    return rv if isinstance(rv, int) else 0
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["resolve"]:
+        from provisioner.cli.fast import try_resolve
+
+        code = try_resolve(args[1:])
+        if code is not None:
+            return code
+    from provisioner.cli.app import run
+
+    return run(args)
 
 
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
+def __getattr__(name: str):
+    if name == "cli":  # the click group, for callers that drive click directly
+        from provisioner.cli.app import cli
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+        return cli
+    raise AttributeError(name)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import click
 
 from provisioner.cli.common import emit_json, json_option, matrix_option, pop_resolve, resolve_options, table
+from provisioner.cli.text import RESOLVE_SCHEMA, format_stack
 from provisioner.errors import ResolveError
-
-RESOLVE_SCHEMA = "provision.resolve/1"
 
 
 def register(group: click.Group) -> None:
@@ -97,31 +96,6 @@ def summary(stack: dict) -> str:
 
 def _indent(text: str) -> str:
     return "\n".join("  " + line for line in text.splitlines())
-
-
-_ORDER = ["card", "task", "arch", "base_image", "cann", "driver", "os", "python", "torch", "torch_requirement",
-          "torch_npu", "mindspore", "apex", "deepspeed", "mindspeed_llm", "dtype", "host_os"]
-
-
-def format_stack(stack: dict) -> str:
-    head = f"stack {stack['id']}" + (f" (profile {stack['profile']})" if stack.get("profile") else "")
-    lines = [head]
-    explain = stack["explain"]
-    for key in _ORDER + [k for k in explain if k not in _ORDER]:
-        if key in explain:
-            lines.append(f"  {key.replace('_', ' '):<18} {explain[key]}")
-    installs = []
-    if stack.get("torch"):
-        t = stack["torch"]
-        installs.append(f"pip install {t['requirement']}" + (f" --index-url {t['index_url']}" if t["index_url"] else ""))
-        installs.append(f"pip install {stack['torch_npu']['requirement']}")
-    if stack.get("mindspore"):
-        installs.append(f"pip install {stack['mindspore']['requirement']}")
-    if installs:
-        lines.append("  install            " + "; ".join(installs))
-    for warning in stack.get("warnings", []):
-        lines.append(f"  ! {warning}")
-    return "\n".join(lines)
 
 
 SECTION_COLUMNS = {

@@ -57,7 +57,7 @@ def image_steps() -> str:
     import json
 
     from provisioner.build import client
-    from provisioner.cli.matrix_cmds import format_stack
+    from provisioner.cli.text import format_stack
 
     labels = client().images.get(tag).labels
     stack = json.loads(labels["org.provision.stack"])

@@ -80,3 +80,37 @@ def test_cli_start_imports_nothing_heavy(args, tmp_path):
     heavy = json.loads(proc.stderr.strip().splitlines()[-1])
     assert not [h for h in heavy if h != "yaml"], heavy
     assert "yaml" not in heavy  # the warm matrix comes from the JSON cache
+
+
+FAST_CASES = [
+    ["resolve", "--card", "300T-A2"],
+    ["resolve", "--card", "300T-A2", "--json", "--arch", "aarch64"],
+    ["resolve", "--card=800T-A2", "--with", "apex", "--with=deepspeed", "--json"],
+    ["resolve", "--profile", "a2-torch2.1-lora-deepspeed", "--arch", "x86_64"],
+    ["resolve", "--card", "800T-A2", "--torch", "2.1.0", "--cann", "9.1.0", "--json"],  # refused: click path
+    ["resolve", "--card", "800T-A2", "--dtype", "int4"],  # bad choice: click path
+    ["resolve", "--card", "800T-A2", "--card", "300T-A2"],  # repeated: click path
+    ["resolve", "--help"],
+]
+
+
+@pytest.mark.parametrize("args", FAST_CASES)
+def test_fast_path_prints_what_click_prints(args, capsys):
+    from provisioner.cli import app, main
+
+    fast_code = main(list(args))
+    fast = capsys.readouterr()
+    click_code = app.run(list(args))
+    slow = capsys.readouterr()
+    assert (fast_code, fast.out, fast.err) == (click_code, slow.out, slow.err)
+
+
+def test_fast_path_parses_like_click():
+    from provisioner.cli.fast import parse
+
+    assert parse(["--card", "300T-A2", "--with", "apex", "--with=deepspeed", "--json"]) == {
+        "as_json": True, "card": "300T-A2", "extras": ("apex", "deepspeed")}
+    assert parse(["--matrix", "a.yaml", "--matrix=b.yaml", "--os", "ubuntu22.04"]) == {
+        "as_json": False, "overlays": ("a.yaml", "b.yaml"), "os_": "ubuntu22.04"}
+    for doubtful in (["--card"], ["-h"], ["--nope", "x"], ["--task", "bogus"], ["--card", "-x"], ["x"]):
+        assert parse(doubtful) is None, doubtful

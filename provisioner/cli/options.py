@@ -1,0 +1,48 @@
+"""The resolve options as data (no click here), so the click CLI and the
+fast path of `provision resolve` (provisioner/cli/fast.py) read one table."""
+
+from __future__ import annotations
+
+
+class Opt:
+    """One option: its flag, the keyword it fills, help text, allowed values, repeatable or not.
+    (A plain class: typing.NamedTuple would cost the fast path its import of typing.)"""
+
+    __slots__ = ("flag", "dest", "help", "choices", "multiple")
+
+    def __init__(self, flag: str, dest: str, help: str, choices: tuple[str, ...] | None = None,
+                 multiple: bool = False):
+        self.flag, self.dest, self.help, self.choices, self.multiple = flag, dest, help, choices, multiple
+
+
+RESOLVE = (
+    Opt("--card", "card", "Card or server: 300T-A2, 800T-A2, 800T-A3, 300I-Pro, 800-9000, ... or a chip alias (910b)."),
+    Opt("--profile", "profile", "Start from a named profile (see `provision matrix --section profiles`)."),
+    Opt("--task", "task", "What the stack is for (default: train).", ("train", "inference")),
+    Opt("--framework", "framework", "Framework (default: pytorch).", ("pytorch", "mindspore")),
+    Opt("--cann", "cann", "CANN version, e.g. 8.3.RC1."),
+    Opt("--torch", "torch", "torch version, e.g. 2.5.1 (2.1 means any 2.1.x)."),
+    Opt("--torch-npu", "torch_npu", "torch_npu wheel version, e.g. 2.1.0.post17."),
+    Opt("--mindspore", "mindspore", "MindSpore version (implies --framework mindspore)."),
+    Opt("--python", "python", "Python version inside the image, e.g. 3.10."),
+    Opt("--with", "extras", "Extras: apex, mindspeed-llm, deepspeed (comma-separated or repeated).", multiple=True),
+    Opt("--arch", "arch", "Target CPU architecture (default: this machine's).", ("x86_64", "aarch64", "amd64", "arm64")),
+    Opt("--driver", "driver", "The host's HDK driver version, e.g. 24.1.rc3: only CANN releases it supports are chosen."),
+    Opt("--os", "os_", "Container OS of the base image: ubuntu22.04, openeuler24.03, ..."),
+    Opt("--dtype", "dtype", "Training precision to check against the chip.", ("bf16", "fp16", "fp32")),
+    Opt("--base-image", "base_image", "Use your own base image instead of the official CANN image."),
+    Opt("--registry", "registry", "Registry for the official base image (default: quay).", ("quay", "dockerhub")),
+)
+MATRIX = Opt("--matrix", "overlays",
+             "Overlay YAML file or directory that adds or overrides matrix rows (repeatable; also PROVISION_MATRIX).",
+             multiple=True)
+JSON = Opt("--json", "as_json", "Print machine-readable JSON (see docs/json.md).")
+
+RESOLVE_KEYS = tuple(o.dest for o in RESOLVE)
+
+
+def pop_resolve(kwargs: dict) -> dict:
+    """Take the resolve options out of a command's kwargs (renaming os_)."""
+    out = {k: kwargs.pop(k, None) for k in RESOLVE_KEYS}
+    out["os"] = out.pop("os_")
+    return out
