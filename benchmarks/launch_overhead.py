@@ -10,13 +10,15 @@ round) after one untimed warm-up of each; prints the medians and their ratio
 
     python benchmarks/launch_overhead.py [--runs 11] [--image TAG]
 
-Without --image it uses (and builds once, cached) the launch tests' dev image.
+Without --image it uses the newest local `provision/pytorch` image (`make demo` or `make test` builds one). The
+simulated host carries the HDK driver the image's stack is paired with, so launch's driver check passes.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -27,7 +29,7 @@ import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # tests.helpers / tests.launch.devimage
+sys.path.insert(0, str(ROOT))  # tests.helpers
 
 CPU_ENV = ["-e", "TORCH_DEVICE_BACKEND_AUTOLOAD=0"]
 
@@ -75,22 +77,46 @@ def to_marker(cmd: list[str], marker: str, timeout: float = 300) -> float:
     return took
 
 
+def pick_image(wanted: str | None) -> tuple[str, str]:
+    """The image to launch and the driver its stack is paired with."""
+    import json
+
+    import docker
+
+    client = docker.from_env(timeout=60)
+    if wanted:
+        image = client.images.get(wanted)
+    else:
+        found = sorted(client.images.list(name="provision/pytorch"), key=lambda i: i.attrs.get("Created", ""))
+        if not found:
+            raise SystemExit("launch_overhead: no provision/pytorch image here; build one (make demo) or pass --image")
+        image = found[-1]
+    stack = json.loads(image.labels["org.provision.stack"])
+    return (wanted or image.tags[0]), stack["driver"]["paired"][0]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=11)
     ap.add_argument("--nproc", type=int, default=2)
-    ap.add_argument("--image", help="Image with python, torch and this project (default: the launch tests' dev image).")
+    ap.add_argument("--image", help="Image with python, torch and this project (default: newest provision/pytorch).")
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("launch_overhead: needs root to mknod the simulated device nodes")
-    import docker
-
     from tests.helpers import hosts
-    from tests.launch import devimage
 
-    image = args.image or devimage.ensure(docker.from_env(timeout=900), log=lambda m: print(f"[image] {m}"))
+    # Byte-compile the package as `pip install` does (an editable checkout under
+    # PYTHONDONTWRITEBYTECODE would otherwise recompile every module at each launch).
+    import compileall
+
+    import provisioner
+
+    compileall.compile_dir(os.path.dirname(provisioner.__file__), quiet=1)
+    image, driver = pick_image(args.image)
     with tempfile.TemporaryDirectory(prefix="launch-bench-") as tmp:
         host = hosts.materialize("plan-300ta2-4", Path(tmp), null_numbers=True)
+        info = host.root / "usr/local/Ascend/driver/version.info"
+        info.write_text(re.sub(r"(?m)^Version=.*$", f"Version={driver}", info.read_text()))
         bench = Path(tmp) / "bench"
         shutil.copytree(ROOT / "tests" / "launch" / "probes", bench)
         marker = f"BENCH{uuid.uuid4().hex[:8]}"
