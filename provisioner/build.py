@@ -123,24 +123,15 @@ def add_inputs(ctx, opts: BuildOptions) -> None:
 
 def client():
     """A docker-py client that answers, or one clear ProvisionError."""
-    try:
-        import docker
-        from docker.errors import DockerException
-    except ImportError:
-        raise ProvisionError("the Docker SDK for Python is missing: pip install docker") from None
+    from provisioner import engine
+
     try:
         # Long, quiet build steps (compiling Apex) must not time out the stream.
-        c = docker.from_env(timeout=3600)
-        c.ping()
-    except DockerException as exc:
+        return engine.connect(3600)
+    except engine.EngineUnavailable as exc:
         where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
         raise ProvisionError(f"no Docker engine answers at {where} ({_reason(exc)}); start dockerd or set"
                              " DOCKER_HOST") from None
-    except Exception as exc:  # requests' connection errors come through unwrapped on some versions
-        where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-        raise ProvisionError(f"no Docker engine answers at {where} ({_reason(exc)}); start dockerd or set"
-                             " DOCKER_HOST") from None
-    return c
 
 
 def _reason(exc: BaseException) -> str:

@@ -12,7 +12,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
-STACK_LABEL = "org.provision.stack"
+from provisioner.image_labels import STACK_LABEL  # noqa: F401 (re-exported for the planner's callers)
+
 _NAMED_ID = re.compile(r"^[A-Za-z][A-Za-z0-9]*-(\d+)$")
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 
@@ -119,13 +120,12 @@ def privileged(containers: list[dict]) -> list[str]:
 
 def gather(image: str | None = None, timeout: float = 3.0, want_containers: bool = True) -> EngineFacts:
     """Ask the engine; never raises. ``image``: also read that local image's labels."""
-    try:
-        import docker  # lazy: the CLI must start without it
+    from provisioner import engine
 
-        client = docker.from_env(timeout=timeout)
-        client.ping()
-    except Exception as exc:  # noqa: BLE001 - any failure means "no engine here"
-        return EngineFacts(False, note=f"no Docker engine reachable ({_short(exc)})")
+    try:
+        client = engine.connect(timeout)
+    except engine.EngineUnavailable as exc:
+        return EngineFacts(False, note=f"no Docker engine reachable ({engine.short(exc, 120)})")
     facts = EngineFacts(True)
     try:
         info = client.info()
@@ -144,7 +144,7 @@ def gather(image: str | None = None, timeout: float = 3.0, want_containers: bool
                 facts.image_note = f"image {image} is not in the local engine; its stack label was not read"
     except Exception as exc:  # noqa: BLE001
         facts.reachable = False
-        facts.note = f"Docker engine stopped answering ({_short(exc)})"
+        facts.note = f"Docker engine stopped answering ({engine.short(exc, 120)})"
     finally:
         try:
             client.close()
@@ -152,7 +152,3 @@ def gather(image: str | None = None, timeout: float = 3.0, want_containers: bool
             pass
     return facts
 
-
-def _short(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= 120 else text[:117] + "..."

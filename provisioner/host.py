@@ -419,20 +419,17 @@ def _cdi_dir(root: Path, host_dir: str) -> dict:
 
 def engine_facts(timeout: float = 3.0) -> dict:
     """Ask the local Docker engine (docker SDK, imported only here) for its version and runtimes."""
+    from provisioner import engine
+
     try:
-        import docker
-    except ImportError:
-        return {"probed": True, "reachable": False, "error": "the docker Python SDK is not installed"}
-    try:
-        client = docker.from_env(timeout=timeout)
+        client = engine.connect(timeout, ping=False)
         try:
             version = client.version()
             info = client.info()
         finally:
             client.close()
     except Exception as exc:  # noqa: BLE001 - any failure means "not reachable"
-        text = " ".join(str(exc).split())
-        return {"probed": True, "reachable": False, "error": text[:200] or type(exc).__name__}
+        return {"probed": True, "reachable": False, "error": engine.short(exc, 200)}
     return {
         "probed": True,
         "reachable": True,

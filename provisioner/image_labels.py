@@ -2,7 +2,7 @@
 
 Label contract (shared with the image build and launch): `org.provision.stack`
 holds the Stack as compact JSON, `org.provision.stack.id` its id. The docker
-SDK is imported here only, and a missing engine is one clear error.
+SDK comes through provisioner.engine, and a missing engine is one clear error.
 """
 
 from __future__ import annotations
@@ -29,28 +29,34 @@ def stack_from_labels(labels: dict | None, ref: str = "the image") -> dict:
     return stack
 
 
+def label_stack(labels: dict | None, ref: str) -> tuple[dict | None, str | None]:
+    """Like stack_from_labels, but tolerant: (stack, None), or (None, why the driver check is skipped)."""
+    raw = (labels or {}).get(STACK_LABEL)
+    if not raw:
+        return None, f"image {ref} has no {STACK_LABEL} label; driver check skipped"
+    try:
+        stack = json.loads(raw)
+    except ValueError:
+        stack = None
+    if not isinstance(stack, dict):
+        return None, f"image {ref}: {STACK_LABEL} label is not JSON; driver check skipped"
+    return stack, None
+
+
 def read_stack(ref: str, timeout: float = 5.0) -> dict:
     """Ask the local Docker engine for image `ref`'s labels and return its Stack."""
+    from provisioner import engine
+
     try:
-        import docker
-        from docker.errors import DockerException, ImageNotFound
-    except ImportError:
-        raise ProvisionError("--image needs the docker Python SDK (pip install docker)") from None
-    try:
-        client = docker.from_env(timeout=timeout)
-    except DockerException as exc:
-        raise ProvisionError(f"--image {ref}: Docker engine not reachable ({_short(exc)})") from None
+        client = engine.connect(timeout, ping=False)
+    except engine.EngineUnavailable as exc:
+        raise ProvisionError(f"--image {ref}: Docker engine not reachable ({exc})") from None
     try:
         image = client.images.get(ref)
-    except ImageNotFound:
-        raise ProvisionError(f"--image {ref}: no such image in the local engine (build it or docker load it)") from None
-    except DockerException as exc:
-        raise ProvisionError(f"--image {ref}: Docker engine not reachable ({_short(exc)})") from None
+    except Exception as exc:  # noqa: BLE001
+        if type(exc).__name__ in ("ImageNotFound", "NotFound"):
+            raise ProvisionError(f"--image {ref}: no such image in the local engine (build it or docker load it)") from None
+        raise ProvisionError(f"--image {ref}: Docker engine not reachable ({engine.short(exc)})") from None
     finally:
         client.close()
     return stack_from_labels(image.labels, ref)
-
-
-def _short(exc: Exception) -> str:
-    text = " ".join(str(exc).split())
-    return text[:160] or type(exc).__name__

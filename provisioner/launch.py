@@ -95,14 +95,12 @@ class RunResult:
 
 def connect(timeout: int = ENGINE_TIMEOUT_S):
     """A Docker client of a running engine, or one clear line saying there is none."""
-    try:
-        import docker
+    from provisioner import engine
 
-        client = docker.from_env(timeout=timeout)
-        client.ping()
-    except Exception as exc:  # noqa: BLE001 - any failure means "no engine here"
-        raise ProvisionError(f"provision launch needs a running Docker engine ({_short(exc)})") from None
-    return client
+    try:
+        return engine.connect(timeout)
+    except engine.EngineUnavailable as exc:
+        raise ProvisionError(f"provision launch needs a running Docker engine ({exc})") from None
 
 
 def inspect_image(client, ref: str) -> ImageInfo:
@@ -120,15 +118,9 @@ def inspect_image(client, ref: str) -> ImageInfo:
 
 def image_stack(info: ImageInfo) -> tuple[dict | None, str | None]:
     """The image's Stack from its label (None and a note when it has none)."""
-    from provisioner import enginefacts
+    from provisioner.image_labels import label_stack
 
-    raw = info.labels.get(enginefacts.STACK_LABEL)
-    if not raw:
-        return None, f"image {info.ref} has no {enginefacts.STACK_LABEL} label; driver check skipped"
-    try:
-        return json.loads(raw), None
-    except ValueError:
-        return None, f"image {info.ref}: {enginefacts.STACK_LABEL} label is not JSON; driver check skipped"
+    return label_stack(info.labels, info.ref)
 
 
 def plan_for(matrix, opts, info: ImageInfo, mode: str = "auto") -> tuple[DevicePlan, list[str]]:
@@ -508,5 +500,6 @@ def _join(argv: list[str]) -> str:
 
 
 def _short(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= 200 else text[:197] + "..."
+    from provisioner.engine import short
+
+    return short(exc, 200)

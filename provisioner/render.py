@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from provisioner.errors import ProvisionError
+from provisioner.image_labels import STACK_ID_LABEL, STACK_LABEL
 from provisioner.stack import summary as stack_summary
 
 CONTEXT_SCHEMA = "provision.context/1"
@@ -146,8 +147,8 @@ def labels(stack: dict, recipe, tag: str, project, lock_sha: str, package_set: s
         "org.provision.version": project.version,
         "org.provision.package-set": package_set,
         "org.provision.lock.sha256": lock_sha,
-        "org.provision.stack.id": stack["id"],
-        "org.provision.stack": json.dumps(stack, separators=(",", ":"), ensure_ascii=True),
+        STACK_ID_LABEL: stack["id"],
+        STACK_LABEL: json.dumps(stack, separators=(",", ":"), ensure_ascii=True),
     }
 
 
@@ -253,7 +254,7 @@ def _manifest(stack, recipe, tag, row, layers, proj, user, label_map, ctx: Conte
         "project": {"name": proj.name, "version": proj.version, "extras": list(recipe.project_extras),
                     "sha256": project_digest.hexdigest()},
         "user": None if user is None else {"uid": user.uid, "gid": user.gid},
-        "labels": {k: v for k, v in label_map.items() if k != "org.provision.stack"},
+        "labels": {k: v for k, v in label_map.items() if k != STACK_LABEL},
         "files": digests,
         "stack": stack,
     }

@@ -155,21 +155,13 @@ def _load_stack(path: str) -> dict:
 
 
 def _label_stack(facts, image: str) -> tuple[dict | None, str | None]:
-    import json
-
-    from provisioner import enginefacts
+    from provisioner.image_labels import label_stack
 
     if facts is None or not facts.reachable:
         return None, None
     if facts.image_labels is None:
         return None, facts.image_note or None
-    raw = facts.image_labels.get(enginefacts.STACK_LABEL)
-    if not raw:
-        return None, f"image {image} has no {enginefacts.STACK_LABEL} label; driver check skipped"
-    try:
-        return json.loads(raw), None
-    except ValueError:
-        return None, f"image {image}: {enginefacts.STACK_LABEL} label is not JSON; driver check skipped"
+    return label_stack(facts.image_labels, image)
 
 
 @click.command("run-cmd")

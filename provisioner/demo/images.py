@@ -54,15 +54,15 @@ def image_steps() -> str:
     tag = tag.splitlines()[-1]
     print(f"\n=== The stack the image carries (label org.provision.stack of {tag})", flush=True)
     print(f"$ docker image inspect {tag} --format '{{{{index .Config.Labels \"org.provision.stack\"}}}}'", flush=True)
-    import json
 
     from provisioner.build import client
     from provisioner.cli.text import format_stack
+    from provisioner.image_labels import STACK_LABEL, stack_from_labels
 
     labels = client().images.get(tag).labels
-    stack = json.loads(labels["org.provision.stack"])
+    stack = stack_from_labels(labels, tag)
     print(format_stack(stack))
-    for key in sorted(k for k in labels if k != "org.provision.stack"):
+    for key in sorted(k for k in labels if k != STACK_LABEL):
         print(f"  label {key}={labels[key]}")
     return tag
 

@@ -59,31 +59,24 @@ def simulated_host(base: Path, image_stack: dict | None, chips: int = LAUNCH_CHI
 
 def _image_facts(image: str) -> tuple[dict | None, str | None]:
     """The image's stack label, and why the bundled trainer cannot run in it (None: it can)."""
-    import json
-
-    from provisioner import enginefacts
+    from provisioner import engine
+    from provisioner.image_labels import label_stack
 
     try:
-        import docker
-
-        client = docker.from_env(timeout=60)
+        client = engine.connect(60)
         labels = (client.api.inspect_image(image).get("Config") or {}).get("Labels") or {}
         probe = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('provisioner.train') else 3)"
         try:
             client.containers.run(image, ["python", "-c", probe], remove=True, network_mode="none",
                                   environment={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
             missing = None
-        except docker.errors.ContainerError as exc:
-            missing = "provisioner.train is not in the image yet" if exc.exit_status == 3 else f"python failed: {exc}"
+        except Exception as exc:  # noqa: BLE001 - docker's ContainerError: the probe's exit status
+            status = getattr(exc, "exit_status", None)
+            missing = "provisioner.train is not in the image yet" if status == 3 else f"python failed: {engine.short(exc)}"
         client.close()
     except Exception as exc:  # noqa: BLE001 - the launch step itself reports an absent engine or image
-        return None, f"cannot look into {image}: {' '.join(str(exc).split())[:160]}"
-    raw = labels.get(enginefacts.STACK_LABEL)
-    try:
-        stack = json.loads(raw) if raw else None
-    except ValueError:
-        stack = None
-    return stack, missing
+        return None, f"cannot look into {image}: {engine.short(exc)}"
+    return label_stack(labels, image)[0], missing
 
 
 def launch_steps(image: str, train_args: list[str] | None = None, job_dir: Path | None = None) -> None:
