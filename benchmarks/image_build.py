@@ -27,15 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-OVERLAY = ROOT / "tests" / "fixtures" / "overlays" / "torch-2.13.yaml"
+OVERLAY = ROOT / "examples" / "overlays" / "torch-2.13.yaml"  # the overlay `make demo` uses
 CARD = "300T-A2"
-
-
-def _ca() -> str | None:
-    for candidate in (os.environ.get("PIP_CERT"), "/etc/ssl/certs/ca-certificates.crt"):
-        if candidate and Path(candidate).is_file():
-            return candidate
-    return None
 
 
 def _context(base: str, project_root: Path | None):
@@ -78,7 +71,9 @@ def main() -> int:
 
     subprocess.run([str(ROOT / "scripts" / "engine.sh")], check=True)
     subprocess.run([str(ROOT / "scripts" / "base-image.sh"), args.base], check=True)
-    opts = dict(wheelhouse=args.wheelhouse, trusted_ca=_ca(), network="host")
+    from provisioner.build import system_ca_bundle
+
+    opts = dict(wheelhouse=args.wheelhouse, trusted_ca=system_ca_bundle(), network="host")
     log = io.StringIO()
 
     cold_ctx = _context(args.base, None)

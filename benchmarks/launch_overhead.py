@@ -103,13 +103,12 @@ def main() -> int:
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("launch_overhead: needs root to mknod the simulated device nodes")
-    from tests.helpers import hosts
-
     # Byte-compile the package as `pip install` does (an editable checkout under
     # PYTHONDONTWRITEBYTECODE would otherwise recompile every module at each launch).
     import compileall
 
     import provisioner
+    from tests.helpers import hosts
 
     compileall.compile_dir(os.path.dirname(provisioner.__file__), quiet=1)
     image, driver = pick_image(args.image)

@@ -134,6 +134,14 @@ def client():
                              " DOCKER_HOST") from None
 
 
+def system_ca_bundle() -> str | None:
+    """The CA bundle pip on this machine trusts (PIP_CERT, SSL_CERT_FILE, Debian's bundle), for --trusted-ca."""
+    for candidate in (os.environ.get("PIP_CERT"), os.environ.get("SSL_CERT_FILE"), "/etc/ssl/certs/ca-certificates.crt"):
+        if candidate and os.path.isfile(candidate):
+            return candidate
+    return None
+
+
 def _reason(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     for marker in ("No such file or directory", "Connection refused", "Permission denied"):

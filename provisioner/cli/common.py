@@ -1,4 +1,4 @@
-"""Options and output helpers shared by the command modules."""
+"""click options and output helpers shared by the command modules (the option data is in options.py)."""
 
 from __future__ import annotations
 
@@ -28,10 +28,3 @@ def resolve_options(f):
     for opt in reversed(RESOLVE):
         f = _click_option(opt)(f)
     return matrix_option(f)
-
-
-def resolve_stack(overlays, options: dict):
-    """Load the matrix (with overlays) and resolve; errors propagate as ProvisionError."""
-    from provisioner.request import stack_for
-
-    return stack_for(overlays, options)

@@ -78,7 +78,7 @@ def _launch_options(f, node_rank: bool = True):
     return f
 
 
-def _options(matrix, kw: dict, **extra):
+def plan_options(matrix, kw: dict, **extra):
     from provisioner import devices
 
     multi = devices.MultiNode(
@@ -210,7 +210,7 @@ def run_cmd(overlays, as_json, image, command, mode, user, name, rank_table, sta
             notes.append("--mode auto: " + ("no Docker engine asked" if facts is None else
                          "no Docker engine reachable" if not facts.reachable else f"no {runtime_name} runtime registered")
                          + "; --device mode")
-    opts = _options(m, kw, mode=mode, user=user, rank_table=rank_table, stack=stack, engine=facts, engine_skipped=skipped)
+    opts = plan_options(m, kw, mode=mode, user=user, rank_table=rank_table, stack=stack, engine=facts, engine_skipped=skipped)
     try:
         plan = devices.plan(m, opts)
     except devices.PlanRefused as exc:
@@ -244,7 +244,7 @@ def cdi_cmd(overlays, as_json, output, fmt, **kw):
     from provisioner import cdi, devices, matrix
 
     m = matrix.load(list(overlays or ()))
-    opts = _options(m, kw, check_in_use=False)
+    opts = plan_options(m, kw, check_in_use=False)
     opts.task = None
     try:
         plan = devices.plan(m, opts)
@@ -283,7 +283,7 @@ def k8s_cmd(overlays, as_json, image, command, volcano, name, namespace, config,
     from provisioner import devices, k8s, matrix
 
     m = matrix.load(list(overlays or ()))
-    opts = _options(m, kw, check_in_use=False)
+    opts = plan_options(m, kw, check_in_use=False)
     try:
         plan = devices.plan(m, opts)
     except devices.PlanRefused as exc:

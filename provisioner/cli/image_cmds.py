@@ -31,7 +31,7 @@ def _image_options(f):
 def _prepare(overlays, kwargs: dict):
     """Resolve the stack for the recipe and render the context (in memory)."""
     from provisioner import recipes, render
-    from provisioner.cli.common import resolve_stack
+    from provisioner.request import stack_for
     from provisioner.errors import ProvisionError, ResolveError
 
     recipe_name = kwargs.pop("recipe")
@@ -40,7 +40,7 @@ def _prepare(overlays, kwargs: dict):
         raise ProvisionError("--user-uid needs --user-gid (the group that opens the NPU device nodes)")
     options = recipes.request_options(recipe_name, pop_resolve(kwargs))
     try:
-        matrix, stack = resolve_stack(overlays, options)
+        matrix, stack = stack_for(overlays, options)
     except ResolveError as exc:
         raise ProvisionError(f"no stack: {exc} (`provision resolve` with the same options shows why and the"
                              " nearest valid stacks)") from None

@@ -60,7 +60,7 @@ def launch_cmd(overlays, as_json, image, check, check_only, module, script, exec
     import sys
 
     from provisioner import devices, launch, matrix, torchrun
-    from provisioner.cli.device_cmds import _options
+    from provisioner.cli.device_cmds import plan_options
     from provisioner.errors import ProvisionError
 
     target = _target(module, script, exec_, check_only, args)
@@ -73,7 +73,7 @@ def launch_cmd(overlays, as_json, image, check, check_only, module, script, exec
     client = launch.connect()
     try:
         info = launch.inspect_image(client, image)
-        opts = _options(m, kw, user=user, rank_table=rank_table)
+        opts = plan_options(m, kw, user=user, rank_table=rank_table)
         try:
             plan, notes = launch.plan_for(m, opts, info, mode)
         except devices.PlanRefused as exc:

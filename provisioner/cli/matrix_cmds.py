@@ -23,11 +23,11 @@ def resolve_cmd(overlays, as_json, **kwargs):
     Impossible requests are refused (exit code 2) with the reasons and the
     nearest valid stacks.
     """
-    from provisioner.cli.common import resolve_stack
+    from provisioner.request import stack_for
 
     options = pop_resolve(kwargs)
     try:
-        m, stack = resolve_stack(overlays, options)
+        m, stack = stack_for(overlays, options)
     except ResolveError as exc:
         return _refused(exc, options, as_json)
     if as_json:

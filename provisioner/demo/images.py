@@ -23,13 +23,6 @@ def _demo_torch() -> str:
     return matrix.load([str(OVERLAY)]).torch_npu(wheel)["torch"]
 
 
-def _ca_bundle() -> str | None:
-    for candidate in (os.environ.get("PIP_CERT"), os.environ.get("SSL_CERT_FILE"), "/etc/ssl/certs/ca-certificates.crt"):
-        if candidate and Path(candidate).is_file():
-            return candidate
-    return None
-
-
 def image_steps() -> str:
     """Build the 300T-A2 image (on the local base when the official one cannot be pulled) and show its stack."""
     base = os.environ.get("PROVISION_DEMO_BASE", "provision-local/debian-python:bookworm")
@@ -38,7 +31,9 @@ def image_steps() -> str:
     overlay = os.path.relpath(OVERLAY) if OVERLAY.is_relative_to(Path.cwd()) else str(OVERLAY)
     common = ["--card", CARD, "--torch", torch, "--matrix", overlay, "--wheelhouse", wheelhouse,
               "--network", "host"]
-    ca = _ca_bundle()
+    from provisioner.build import system_ca_bundle
+
+    ca = system_ca_bundle()
     if ca:
         common += ["--trusted-ca", ca]
     print(f"\n=== Build the {CARD} image (torch {torch}: the CPU torch available offline here; {OVERLAY.name}"

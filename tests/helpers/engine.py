@@ -24,7 +24,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "scripts"
-OVERLAY = ROOT / "tests" / "fixtures" / "overlays" / "torch-2.13.yaml"
+OVERLAY = ROOT / "examples" / "overlays" / "torch-2.13.yaml"  # the overlay `make demo` uses
 TORCH = os.environ.get("PROVISION_TEST_TORCH", "2.13.0")
 CARD = "300T-A2"
 
@@ -38,10 +38,12 @@ def _script(name: str, *args: str, timeout: int = 900) -> str:
 
 def system_ca() -> str:
     """The CA bundle pip trusts on this machine (it holds the PyPI proxy's CA)."""
-    for candidate in (os.environ.get("PIP_CERT"), os.environ.get("SSL_CERT_FILE"), "/etc/ssl/certs/ca-certificates.crt"):
-        if candidate and Path(candidate).is_file():
-            return candidate
-    pytest.fail("no system CA bundle found (PIP_CERT, SSL_CERT_FILE, /etc/ssl/certs/ca-certificates.crt)")
+    from provisioner.build import system_ca_bundle
+
+    found = system_ca_bundle()
+    if not found:
+        pytest.fail("no system CA bundle found (PIP_CERT, SSL_CERT_FILE, /etc/ssl/certs/ca-certificates.crt)")
+    return found
 
 
 CANARY = ROOT / "tests" / "fixtures" / "ca" / "canary.pem"

@@ -22,7 +22,7 @@ from provisioner.cli import main as cli
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden" / "images"
-OVERLAY = ROOT / "tests" / "fixtures" / "overlays" / "torch-2.13.yaml"
+OVERLAY = ROOT / "examples" / "overlays" / "torch-2.13.yaml"  # the overlay `make demo` uses
 REGEN = bool(os.environ.get("PROVISION_REGEN"))
 
 # name -> `provision render` arguments. The architecture is always given: the default is this machine's.
