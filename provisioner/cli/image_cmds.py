@@ -31,8 +31,8 @@ def _image_options(f):
 def _prepare(overlays, kwargs: dict):
     """Resolve the stack for the recipe and render the context (in memory)."""
     from provisioner import recipes, render
-    from provisioner.request import stack_for
     from provisioner.errors import ProvisionError, ResolveError
+    from provisioner.request import stack_for
 
     recipe_name = kwargs.pop("recipe")
     gid, uid = kwargs.pop("user_gid"), kwargs.pop("user_uid")
