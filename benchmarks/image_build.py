@@ -17,7 +17,6 @@ import argparse
 import io
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -42,17 +41,9 @@ def _context(base: str, project_root: Path | None):
 
 
 def _edited_copy(tmp: Path) -> Path:
-    from provisioner import project
+    from tests.helpers.engine import edited_project_copy
 
-    copy = tmp / "src"
-    for rel, src in project.files(project.source_root()).items():
-        dest = copy / rel
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, dest)
-    edited = copy / "provisioner" / "train" / "__init__.py"
-    edited.parent.mkdir(exist_ok=True)
-    edited.write_text((edited.read_text() if edited.exists() else '"""Trainer."""\n') + f"# benchmark {time.time()}\n")
-    return copy
+    return edited_project_copy(tmp / "src", f"benchmark {time.time()}")
 
 
 def _du(client, tag: str, paths: list[str]) -> int:

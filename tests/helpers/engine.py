@@ -64,6 +64,21 @@ def trusted_ca_file() -> str:
     return str(path)
 
 
+def edited_project_copy(dest: Path, note: str) -> Path:
+    """A copy of this project's source with one trainer file edited: a code-only change."""
+    import shutil
+
+    from provisioner import project
+
+    for rel, src in project.files(project.source_root()).items():
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, target)
+    edited = dest / "provisioner" / "train" / "__init__.py"
+    edited.write_text(edited.read_text() + f"# {note}\n")
+    return dest
+
+
 def provision(*args: str, env: dict | None = None, timeout: int = 1800) -> subprocess.CompletedProcess:
     """Run the real CLI in a subprocess."""
     return subprocess.run([sys.executable, "-m", "provisioner.cli", *args], capture_output=True, text=True,

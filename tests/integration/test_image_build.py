@@ -14,7 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.engine import CANARY, CARD, OVERLAY, TORCH, build_args, provision, trusted_ca_file
+from tests.helpers.engine import (
+    CANARY,
+    CARD,
+    OVERLAY,
+    TORCH,
+    build_args,
+    edited_project_copy,
+    provision,
+    trusted_ca_file,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -178,17 +187,9 @@ def test_trusted_ca_leaves_no_trace_in_the_image(docker_client, provision_image)
 
 
 def test_code_only_change_rebuilds_only_the_project_layer(base_image, wheelhouse, provision_image, tmp_path):
-    from provisioner import build, cache, matrix, project, recipes, render, request
+    from provisioner import build, cache, matrix, recipes, render, request
 
-    # A copy of this project's source with one trainer file edited (created when the trainer is not here yet).
-    copy = tmp_path / "src"
-    for rel, src in project.files(project.source_root()).items():
-        dest = copy / rel
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, dest)
-    edited = copy / "provisioner" / "train" / "__init__.py"
-    edited.parent.mkdir(exist_ok=True)
-    edited.write_text((edited.read_text() if edited.exists() else '"""Trainer."""\n') + f"# edited by {__name__} at {time.time_ns()}\n")
+    copy = edited_project_copy(tmp_path / "src", f"edited by {__name__} at {time.time_ns()}")
     m = matrix.load([str(OVERLAY)])
     stack = cache.cached_resolve(m, request.build(m, card=CARD, torch=TORCH, base_image=base_image))
     ctx = render.render(m, stack, recipes.choose(stack), project_root=copy)
