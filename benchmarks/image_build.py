@@ -31,8 +31,11 @@ CARD = "300T-A2"
 
 
 def _context(base: str, project_root: Path | None):
-    from provisioner import cache, matrix, recipes, render, request
-    from provisioner.yamlio import load
+    from provisioner.image import recipes, render
+    from provisioner.matrix import cache
+    from provisioner.matrix import loader as matrix
+    from provisioner.matrix.yamlio import load
+    from provisioner.resolve import request
 
     m = matrix.load([str(OVERLAY)])
     torch = m.torch_npu(load(OVERLAY)["torch_npu"][0]["wheel"])["torch"]
@@ -58,11 +61,11 @@ def main() -> int:
     parser.add_argument("--skip-cold", action="store_true", help="use the cached build as the cold time (for a quick look)")
     args = parser.parse_args()
 
-    from provisioner import build
+    from provisioner.image import build
 
     subprocess.run([str(ROOT / "scripts" / "engine.sh")], check=True)
     subprocess.run([str(ROOT / "scripts" / "base-image.sh"), args.base], check=True)
-    from provisioner.build import system_ca_bundle
+    from provisioner.image.build import system_ca_bundle
 
     opts = dict(wheelhouse=args.wheelhouse, trusted_ca=system_ca_bundle(), network="host")
     log = io.StringIO()

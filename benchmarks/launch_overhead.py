@@ -40,7 +40,9 @@ def provision() -> list[str]:
 
 
 def commands(image: str, host, bench: Path, nproc: int, marker: str) -> tuple[list[str], list[str]]:
-    from provisioner import devices, matrix, runline
+    from provisioner.devices import plan as devices
+    from provisioner.devices import runline
+    from provisioner.matrix import loader as matrix
 
     spec = f"0-{nproc - 1}"
     launch = provision() + [

@@ -50,8 +50,10 @@ def audit_cmd(root, dev_root, card, task, mode, image, npu_smi_output, npu_smi_t
     """
     from pathlib import Path
 
-    from provisioner import audit, audit_report, host, matrix
     from provisioner.errors import ProvisionError
+    from provisioner.host import audit, audit_report
+    from provisioner.host import probe as host
+    from provisioner.matrix import loader as matrix
 
     _check_root(root, dev_root)
     for item in npu_smi_output:
@@ -62,7 +64,7 @@ def audit_cmd(root, dev_root, card, task, mode, image, npu_smi_output, npu_smi_t
         m.lookup_card(card)
     options = audit.AuditOptions(card=card, task=task, mode=mode, image=image)
     if image:
-        from provisioner import image_labels
+        from provisioner.image import labels as image_labels
 
         options.image_stack = image_labels.read_stack(image)
     report = host.probe(root, dev_root, npu_smi_outputs=list(npu_smi_output), npu_smi_timeout=npu_smi_timeout,
@@ -91,7 +93,8 @@ def doctor_cmd(root, dev_root, stack_file, timeout, overlays, as_json):
     Exit code 0 when clean, 1 with warnings, 2 with errors. Works (and says so)
     on a machine with no NPU.
     """
-    from provisioner import audit_report, doctor, matrix
+    from provisioner.host import audit_report, doctor
+    from provisioner.matrix import loader as matrix
 
     _check_root(root, dev_root)
     m = matrix.load(list(overlays))

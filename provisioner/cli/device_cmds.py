@@ -79,7 +79,7 @@ def _launch_options(f, node_rank: bool = True):
 
 
 def plan_options(matrix, kw: dict, **extra):
-    from provisioner import devices
+    from provisioner.devices import plan as devices
 
     multi = devices.MultiNode(
         nnodes=kw.get("nnodes") or 1,
@@ -155,7 +155,7 @@ def _load_stack(path: str) -> dict:
 
 
 def _label_stack(facts, image: str) -> tuple[dict | None, str | None]:
-    from provisioner.image_labels import label_stack
+    from provisioner.image.labels import label_stack
 
     if facts is None or not facts.reachable:
         return None, None
@@ -184,8 +184,10 @@ def run_cmd(overlays, as_json, image, command, mode, user, name, rank_table, sta
     required. Chips already mapped into a running container, unknown ids, cards
     that cannot train and images whose CANN needs a newer driver are refused.
     """
-    from provisioner import devices, enginefacts, matrix, runline
+    from provisioner.devices import enginefacts, runline
+    from provisioner.devices import plan as devices
     from provisioner.errors import ProvisionError
+    from provisioner.matrix import loader as matrix
 
     m = matrix.load(list(overlays or ()))
     if kw["nnodes"] > 1 and not kw.get("master_addr"):
@@ -241,7 +243,9 @@ def run_cmd(overlays, as_json, image, command, mode, user, name, rank_table, sta
 @json_option
 def cdi_cmd(overlays, as_json, output, fmt, **kw):
     """Write a CDI spec (kind ascend.com/npu) so `--device ascend.com/npu=0` works in Docker >= 25 and Podman."""
-    from provisioner import cdi, devices, matrix
+    from provisioner.devices import cdi
+    from provisioner.devices import plan as devices
+    from provisioner.matrix import loader as matrix
 
     m = matrix.load(list(overlays or ()))
     opts = plan_options(m, kw, check_in_use=False)
@@ -280,7 +284,9 @@ def k8s_cmd(overlays, as_json, image, command, volcano, name, namespace, config,
     --devices gives the chip count per pod (and the host the mounts are read
     from); the device plugin chooses the chips.
     """
-    from provisioner import devices, k8s, matrix
+    from provisioner.devices import k8s
+    from provisioner.devices import plan as devices
+    from provisioner.matrix import loader as matrix
 
     m = matrix.load(list(overlays or ()))
     opts = plan_options(m, kw, check_in_use=False)
@@ -314,8 +320,9 @@ def ranktable_cmd(overlays, as_json, host_roots, host_ips, container_ips, device
     """Write an HCCL rank table (hccl.json, version 1.0) from each host's /etc/hccn.conf."""
     import json
 
-    from provisioner import devspec, matrix, ranktable
+    from provisioner.devices import devspec, ranktable
     from provisioner.errors import ProvisionError
+    from provisioner.matrix import loader as matrix
 
     m = matrix.load(list(overlays or ()))
     for flag, values in (("--host-ip", host_ips), ("--container-ip", container_ips)):

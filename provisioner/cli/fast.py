@@ -48,9 +48,9 @@ def try_resolve(args: list[str]) -> int | None:
     values = parse(args)
     if values is None:
         return None
-    from provisioner import request
     from provisioner.cli import text
     from provisioner.cli.options import pop_resolve
+    from provisioner.resolve import request
 
     as_json = values.pop("as_json")
     overlays = values.pop(MATRIX.dest, ())

@@ -30,9 +30,9 @@ def _image_options(f):
 
 def _prepare(overlays, kwargs: dict):
     """Resolve the stack for the recipe and render the context (in memory)."""
-    from provisioner import recipes, render
     from provisioner.errors import ProvisionError, ResolveError
-    from provisioner.request import stack_for
+    from provisioner.image import recipes, render
+    from provisioner.resolve.request import stack_for
 
     recipe_name = kwargs.pop("recipe")
     gid, uid = kwargs.pop("user_gid"), kwargs.pop("user_uid")
@@ -63,7 +63,7 @@ def render_cmd(overlays, output, as_json, **kwargs):
     this project's source. The same inputs give the same bytes. Build it with
     `provision build` (or `docker build` with the classic builder).
     """
-    from provisioner import render
+    from provisioner.image import render
 
     ctx = _prepare(overlays, kwargs)
     path = render.write(ctx, output)
@@ -98,7 +98,7 @@ def build_cmd(overlays, tags, wheelhouse, offline, pip_index_url, extra_index_ur
     Progress (step, elapsed time) goes to stderr; a failing step shows the end
     of its output. Exit code 1 when a build step fails, 2 for bad input.
     """
-    from provisioner import build
+    from provisioner.image import build
 
     opts = build.BuildOptions(
         wheelhouse=wheelhouse, pip_index_url=pip_index_url, extra_index_urls=tuple(extra_index_urls),

@@ -59,9 +59,12 @@ def launch_cmd(overlays, as_json, image, check, check_only, module, script, exec
     import os
     import sys
 
-    from provisioner import devices, launch, matrix, torchrun
     from provisioner.cli.device_cmds import plan_options
+    from provisioner.devices import plan as devices
     from provisioner.errors import ProvisionError
+    from provisioner.launch import run as launch
+    from provisioner.launch import torchrun
+    from provisioner.matrix import loader as matrix
 
     target = _target(module, script, exec_, check_only, args)
     if kw["nnodes"] > 1 and not kw.get("master_addr"):
@@ -100,8 +103,8 @@ def launch_cmd(overlays, as_json, image, check, check_only, module, script, exec
 
 
 def _target(module, script, exec_, check_only, args):
-    from provisioner import torchrun
     from provisioner.errors import ProvisionError
+    from provisioner.launch import torchrun
 
     chosen = [flag for flag, on in (("--module", module), ("--script", script), ("--exec", exec_)) if on]
     if len(chosen) > 1:

@@ -23,7 +23,7 @@ def resolve_cmd(overlays, as_json, **kwargs):
     Impossible requests are refused (exit code 2) with the reasons and the
     nearest valid stacks.
     """
-    from provisioner.request import stack_for
+    from provisioner.resolve.request import stack_for
 
     options = pop_resolve(kwargs)
     try:
@@ -75,7 +75,9 @@ def relaxed_label(alt: dict) -> str:
 
 
 def _fixed_by(options: dict) -> dict | None:
-    from provisioner import matrix, request, resolve
+    from provisioner.matrix import loader as matrix
+    from provisioner.resolve import request
+    from provisioner.resolve import solve as resolve
 
     m = matrix.load()
     prof = m.profile(options["profile"])
@@ -89,7 +91,7 @@ def _fixed_by(options: dict) -> dict | None:
 
 
 def summary(stack: dict) -> str:
-    from provisioner.stack import summary as parts
+    from provisioner.resolve.stack import summary as parts
 
     return f"{parts(stack)}, {stack['dtype']['compute']} ({stack['base_image']['ref']})"
 
@@ -124,7 +126,7 @@ SECTION_COLUMNS = {
 @json_option
 def matrix_cmd(card, sections, overlays, as_json):
     """Show the compatibility matrix rows (a table, or JSON with --json)."""
-    from provisioner import matrix as matrix_mod
+    from provisioner.matrix import loader as matrix_mod
 
     m = matrix_mod.load(list(overlays))
     data = {k: v for k, v in m.data.items() if k != "policy"}

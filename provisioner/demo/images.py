@@ -16,8 +16,8 @@ CARD = "300T-A2"
 
 def _demo_torch() -> str:
     """The torch line of the overlay's torch_npu wheel (versions stay in data, not in this file)."""
-    from provisioner import matrix
-    from provisioner.yamlio import load
+    from provisioner.matrix import loader as matrix
+    from provisioner.matrix.yamlio import load
 
     wheel = load(OVERLAY)["torch_npu"][0]["wheel"]
     return matrix.load([str(OVERLAY)]).torch_npu(wheel)["torch"]
@@ -31,7 +31,7 @@ def image_steps() -> str:
     overlay = os.path.relpath(OVERLAY) if OVERLAY.is_relative_to(Path.cwd()) else str(OVERLAY)
     common = ["--card", CARD, "--torch", torch, "--matrix", overlay, "--wheelhouse", wheelhouse,
               "--network", "host"]
-    from provisioner.build import system_ca_bundle
+    from provisioner.image.build import system_ca_bundle
 
     ca = system_ca_bundle()
     if ca:
@@ -50,9 +50,9 @@ def image_steps() -> str:
     print(f"\n=== The stack the image carries (label org.provision.stack of {tag})", flush=True)
     print(f"$ docker image inspect {tag} --format '{{{{index .Config.Labels \"org.provision.stack\"}}}}'", flush=True)
 
-    from provisioner.build import client
     from provisioner.cli.text import format_stack
-    from provisioner.image_labels import STACK_LABEL, stack_from_labels
+    from provisioner.image.build import client
+    from provisioner.image.labels import STACK_LABEL, stack_from_labels
 
     labels = client().images.get(tag).labels
     stack = stack_from_labels(labels, tag)

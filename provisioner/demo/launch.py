@@ -23,7 +23,8 @@ def simulated_host(base: Path, image_stack: dict | None, chips: int = LAUNCH_CHI
     touched. The root holds an empty driver tree; its version.info names the
     driver the image's stack is paired with, when the image says.
     """
-    from provisioner import hostfs, matrix
+    from provisioner.host import hostfs
+    from provisioner.matrix import loader as matrix
 
     m = matrix.load()
     _, family, _ = m.lookup_card(LAUNCH_CARD)
@@ -60,7 +61,7 @@ def simulated_host(base: Path, image_stack: dict | None, chips: int = LAUNCH_CHI
 def _image_facts(image: str) -> tuple[dict | None, str | None]:
     """The image's stack label, and why the bundled trainer cannot run in it (None: it can)."""
     from provisioner import engine
-    from provisioner.image_labels import label_stack
+    from provisioner.image.labels import label_stack
 
     try:
         client = engine.connect(60)

@@ -24,7 +24,7 @@ def step(title: str, args: list[str], expect: tuple[int, ...] = (0,)) -> int:
 
 def resolve_steps() -> None:
     step("The newest consistent stack for an Atlas 300T A2", ["resolve", "--card", "300T-A2"])
-    from provisioner import matrix
+    from provisioner.matrix import loader as matrix
 
     m = matrix.load()
     for n, name in enumerate(SEEDS):

@@ -38,6 +38,6 @@ def audit_host(tmp_path):
 
 @pytest.fixture(scope="session")
 def matrix():
-    from provisioner import matrix as m
+    from provisioner.matrix import loader as m
 
     return m.load()

@@ -4,8 +4,8 @@ import textwrap
 
 import pytest
 
-from provisioner import matrix
 from provisioner.errors import MatrixError
+from provisioner.matrix import loader as matrix
 
 
 def test_audit_sections_load_with_sources(matrix):

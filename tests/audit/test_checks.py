@@ -6,8 +6,12 @@ import shutil
 
 import pytest
 
-from provisioner import audit, cache, findings, host, image_labels, request
 from provisioner.errors import ProvisionError
+from provisioner.host import audit, findings
+from provisioner.host import probe as host
+from provisioner.image import labels as image_labels
+from provisioner.matrix import cache
+from provisioner.resolve import request
 
 
 @pytest.mark.parametrize("driver, cann, verdict", [

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from provisioner import cache, doctor, request
 from provisioner.cli import main
+from provisioner.host import doctor
+from provisioner.matrix import cache
+from provisioner.resolve import request
 from tests.helpers import hosts
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,7 +63,7 @@ def test_no_npu_machine_is_reported_honestly(cpu_doc):
 
 
 def test_doctor_never_imports_torch_itself(tmp_path):
-    code = ("import sys; from provisioner import doctor, matrix;"
+    code = ("import sys; from provisioner.host import doctor; from provisioner.matrix import loader as matrix;"
             f" d = doctor.run('/', {str(tmp_path)!r}, matrix=matrix.load());"
             " assert 'torch' not in sys.modules, 'torch imported in the doctor process';"
             " print(d['exit_code'])")

@@ -206,7 +206,9 @@ def test_npu_smi_timeout_is_a_warning(audit_host, capsys):
 
 
 def test_engine_unreachable_finding(audit_host, capsys, monkeypatch):
-    from provisioner import audit, host, matrix
+    from provisioner.host import audit
+    from provisioner.host import probe as host
+    from provisioner.matrix import loader as matrix
 
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     h = audit_host("seed-800ta2")

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from provisioner import audit, host
+from provisioner.host import audit
+from provisioner.host import probe as host
 from tests.helpers import hosts
 
 VERSION_FILES = Path(__file__).resolve().parents[1] / "fixtures" / "version-files"

@@ -5,8 +5,10 @@ import json
 
 import pytest
 
-from provisioner import cache, image_labels, request
 from provisioner.cli import main
+from provisioner.image import labels as image_labels
+from provisioner.matrix import cache
+from provisioner.resolve import request
 
 pytestmark = pytest.mark.docker
 

@@ -7,7 +7,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from provisioner import audit, host, npusmi
+from provisioner.host import audit, npusmi
+from provisioner.host import probe as host
 
 SAMPLES = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "npu-smi").glob("*.txt"))
 SAMPLE_TEXT = {p.name: p.read_text() for p in SAMPLES}
@@ -104,7 +105,7 @@ def _audit_tree(matrix, driver: str, firmware: str, toolkit: str, smi: str | Non
 
 
 def _valid(text) -> bool:
-    from provisioner.versions import V, VersionError
+    from provisioner.matrix.versions import V, VersionError
 
     try:
         V(text)

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from provisioner import devices, enginefacts, matrix
+from provisioner.devices import enginefacts
+from provisioner.devices import plan as devices
+from provisioner.matrix import loader as matrix
 from tests.helpers import hosts
 
 GOLDEN = Path(__file__).resolve().parent / "golden"

@@ -10,8 +10,9 @@ import sys
 import pytest
 import yaml
 
-from provisioner import cdi, devices, runline
 from provisioner.cli import main
+from provisioner.devices import cdi, runline
+from provisioner.devices import plan as devices
 from tests.devices.conftest import golden
 
 
@@ -115,7 +116,8 @@ def test_refusal_json(capsys, plan_hosts, no_engine):
 
 
 def test_stack_file_refusal(capsys, plan_hosts, shipped, tmp_path, no_engine):
-    from provisioner import cache, request
+    from provisioner.matrix import cache
+    from provisioner.resolve import request
 
     s = cache.cached_resolve(shipped, request.build(shipped, card="300T-A2", cann="9.1.0"))
     path = tmp_path / "stack.json"
@@ -215,6 +217,6 @@ def test_ranktable_refusals(capsys, plan_hosts):
 
 def test_commands_start_without_docker_or_yaml():
     code = ("import sys; from provisioner.cli import cli; "
-            "print(sorted(m for m in ('docker', 'yaml', 'jinja2', 'provisioner.devices') if m in sys.modules))")
+            "print(sorted(m for m in ('docker', 'yaml', 'jinja2', 'provisioner.devices.plan') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

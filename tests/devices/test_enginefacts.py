@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from provisioner import enginefacts
-from provisioner.enginefacts import Holder
+from provisioner.devices import enginefacts
+from provisioner.devices.enginefacts import Holder
 
 
 def inspect(name, devices=(), env=(), runtime="runc", privileged=False, cid="0123456789abcdef"):

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from provisioner import cdi, k8s, runline
-from provisioner.devices import MultiNode
+from provisioner.devices import cdi, k8s, runline
+from provisioner.devices.plan import MultiNode
 from tests.devices.conftest import GOLDEN, golden
 
 TRAIN = ["provision-train", "--config", "/workspace/train.yaml"]

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from provisioner import devices, enginefacts, runline
 from provisioner.cli import main
+from provisioner.devices import enginefacts, runline
+from provisioner.devices import plan as devices
 
 pytestmark = pytest.mark.docker
 IMAGE = "provision-test/sleep:devices"
@@ -126,7 +127,8 @@ def test_printed_line_runs_as_printed(fake_host, sleep_image, capsys):
 def test_image_label_stack_needing_a_newer_driver_is_refused(docker_client, fake_host, shipped, capsys):
     import json
 
-    from provisioner import cache, request
+    from provisioner.matrix import cache
+    from provisioner.resolve import request
 
     stack = cache.cached_resolve(shipped, request.build(shipped, card="300T-A2", cann="9.1.0"))
     tag = f"labelled-{uuid.uuid4().hex[:8]}"

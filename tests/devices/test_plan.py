@@ -6,9 +6,12 @@ import json
 
 import pytest
 
-from provisioner import cache, devices, enginefacts, request
-from provisioner.devices import MultiNode, PlanRefused
+from provisioner.devices import enginefacts
+from provisioner.devices import plan as devices
+from provisioner.devices.plan import MultiNode, PlanRefused
 from provisioner.errors import MatrixError, ProvisionError
+from provisioner.matrix import cache
+from provisioner.resolve import request
 from tests.devices.test_enginefacts import inspect
 from tests.helpers import hosts
 

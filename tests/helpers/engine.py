@@ -38,7 +38,7 @@ def _script(name: str, *args: str, timeout: int = 900) -> str:
 
 def system_ca() -> str:
     """The CA bundle pip trusts on this machine (it holds the PyPI proxy's CA)."""
-    from provisioner.build import system_ca_bundle
+    from provisioner.image.build import system_ca_bundle
 
     found = system_ca_bundle()
     if not found:
@@ -68,7 +68,7 @@ def edited_project_copy(dest: Path, note: str) -> Path:
     """A copy of this project's source with one trainer file edited: a code-only change."""
     import shutil
 
-    from provisioner import project
+    from provisioner.image import project
 
     for rel, src in project.files(project.source_root()).items():
         target = dest / rel

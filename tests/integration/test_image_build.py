@@ -187,7 +187,10 @@ def test_trusted_ca_leaves_no_trace_in_the_image(docker_client, provision_image)
 
 
 def test_code_only_change_rebuilds_only_the_project_layer(base_image, wheelhouse, provision_image, tmp_path):
-    from provisioner import build, cache, matrix, recipes, render, request
+    from provisioner.image import build, recipes, render
+    from provisioner.matrix import cache
+    from provisioner.matrix import loader as matrix
+    from provisioner.resolve import request
 
     copy = edited_project_copy(tmp_path / "src", f"edited by {__name__} at {time.time_ns()}")
     m = matrix.load([str(OVERLAY)])

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from provisioner import devices, matrix
+from provisioner.devices import plan as devices
+from provisioner.matrix import loader as matrix
 from tests.helpers import hosts
 
 # torch_npu without CANN breaks `import torch` unless autoloading is off; the shared
@@ -62,7 +63,7 @@ def host_args(h: hosts.FakeHost) -> list[str]:
 
 
 def launch_containers(client, run_id: str | None = None) -> list:
-    from provisioner import launch
+    from provisioner.launch import run as launch
 
     label = launch.LABEL if run_id is None else f"{launch.LABEL}={run_id}"
     return client.containers.list(all=True, filters={"label": label})

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from provisioner import collective
+from provisioner.launch import collective
 
 TORCHRUN = str(Path(sys.executable).parent / "torchrun")
 
@@ -86,7 +86,7 @@ def test_under_torchrun():
     nproc = 3  # bus factor 4/3: algbw and busbw differ
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[rank${rank}]:"}
     proc = subprocess.run([TORCHRUN, "--nproc-per-node", str(nproc), "--standalone", "--tee", "3",
-                           "-m", "provisioner.collective", "--sizes", "64K,1M", "--iters", "3"],
+                           "-m", "provisioner.launch.collective", "--sizes", "64K,1M", "--iters", "3"],
                           capture_output=True, text=True, timeout=240, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     docs = [json.loads(line.split(":", 1)[1]) for line in proc.stdout.splitlines() if '{"schema"' in line]

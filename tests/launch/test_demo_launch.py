@@ -9,14 +9,17 @@ import stat
 
 import pytest
 
-from provisioner import demo, devices
+from provisioner import demo
+from provisioner.devices import plan as devices
 from tests.launch.conftest import launch_containers
 
 
 def test_simulated_host_plans_like_a_real_one(tmp_path, shipped):
     if os.geteuid() != 0:
         pytest.fail("mknod needs root")
-    from provisioner import cache, enginefacts, request
+    from provisioner.devices import enginefacts
+    from provisioner.matrix import cache
+    from provisioner.resolve import request
 
     stack = cache.cached_resolve(shipped, request.build(shipped, card="300T-A2"))
     paired = stack["driver"]["paired"][0]

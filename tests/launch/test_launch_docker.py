@@ -89,7 +89,7 @@ def test_four_chips_check_then_torchrun(launch_image, sim_host, probe_dir, docke
     # the collective check ran first, across the same four workers
     check = doc["check"]
     assert check["exit_code"] == 0 and check["container"] == doc["container"] + "-check"
-    assert check["command"][-2:] == ["-m", "provisioner.collective"]
+    assert check["command"][-2:] == ["-m", "provisioner.launch.collective"]
     res = check["result"]
     assert res["status"] == "ok" and res["world_size"] == 4 and res["backend"] == "gloo" and res["device"] == "cpu"
     for r in res["results"]:

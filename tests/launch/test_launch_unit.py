@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
-from provisioner import launch, torchrun
 from provisioner.cli import main
+from provisioner.launch import run as launch
+from provisioner.launch import torchrun
 
 IMAGE = launch.ImageInfo("img:tag", "sha256:abc", {}, {})
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from provisioner import logstream
+from provisioner.launch import logstream
 
 
 def test_lines_across_chunks_and_split_characters():

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from provisioner import devices, torchrun
+from provisioner.devices import plan as devices
 from provisioner.errors import ProvisionError
+from provisioner.launch import torchrun
 
 
 def test_single_node_trainer_command(make_plan):
@@ -19,7 +20,7 @@ def test_single_node_trainer_command(make_plan):
 
 def test_check_script_and_exec_commands(make_plan):
     plan = make_plan("1,3")
-    assert torchrun.command(plan, torchrun.Target.check(), 2)[-2:] == ["-m", "provisioner.collective"]
+    assert torchrun.command(plan, torchrun.Target.check(), 2)[-2:] == ["-m", "provisioner.launch.collective"]
     assert torchrun.command(plan, torchrun.Target("script", "/w/run.py", ("a", "b")), 2)[-3:] == ["/w/run.py", "a", "b"]
     # exec: the command as given, nothing added
     assert torchrun.command(plan, torchrun.Target("exec", None, ("python", "x.py")), 2) == ["python", "x.py"]

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from provisioner import build, recipes, render
 from provisioner.errors import ProvisionError
+from provisioner.image import build, recipes, render
 
 ROOT = Path(__file__).resolve().parents[2]
 CANARY = ROOT / "tests" / "fixtures" / "ca" / "canary.pem"
@@ -75,7 +75,9 @@ def test_unknown_recipe_before_any_build():
 
 
 def _ctx(**kw):
-    from provisioner import cache, matrix, request
+    from provisioner.matrix import cache
+    from provisioner.matrix import loader as matrix
+    from provisioner.resolve import request
 
     m = matrix.load()
     stack = cache.cached_resolve(m, request.build(m, card="300T-A2", arch="x86_64"))

@@ -5,8 +5,8 @@ import textwrap
 
 import pytest
 
-from provisioner import matrix
 from provisioner.errors import MatrixError
+from provisioner.matrix import loader as matrix
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +145,7 @@ def test_cli_reports_matrix_error_with_exit_2(tmp_path):
 
 def test_warm_cache_skips_yaml(tmp_path):
     env = {"PROVISION_CACHE": str(tmp_path / "c"), "PATH": "/usr/bin:/bin"}
-    code = "import sys; from provisioner import matrix; matrix.load(); print(json.dumps('yaml' in sys.modules))"
+    code = "import sys; from provisioner.matrix import loader as matrix; matrix.load(); print(json.dumps('yaml' in sys.modules))"
     code = "import json; " + code
     first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     second = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)

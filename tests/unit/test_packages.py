@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from packaging.requirements import Requirement
 
-from provisioner import matrix, packages, project
 from provisioner.errors import ProvisionError
-from provisioner.versions import PyRange
+from provisioner.image import packages, project
+from provisioner.matrix import loader as matrix
+from provisioner.matrix.versions import PyRange
 
 
 @pytest.fixture(scope="module")

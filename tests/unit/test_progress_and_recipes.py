@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from provisioner import project, recipes
 from provisioner.errors import ProvisionError
-from provisioner.progress import Progress
+from provisioner.image import project, recipes
+from provisioner.image.progress import Progress
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -86,7 +86,7 @@ def test_recipe_files_are_checked(tmp_path, monkeypatch):
 
 def test_project_files_from_the_checkout():
     files = project.files(project.source_root())
-    assert "pyproject.toml" in files and "provisioner/render.py" in files and "templates/Dockerfile.j2" in files
+    assert "pyproject.toml" in files and "provisioner/image/render.py" in files and "templates/Dockerfile.j2" in files
     assert "matrices/packages.yaml" in files and "images/pytorch.yaml" in files
     assert "templates/build/pip.conf.j2" in files  # data directories named like build outputs are kept
     assert not [f for f in files if f.startswith(("tests/", ".venv/", ".git/", "benchmarks/", "scripts/"))
@@ -105,7 +105,7 @@ def test_project_source_from_an_installed_wheel(tmp_path):
     subprocess.run([*pip, "install", "--no-deps", "--no-index", "--target", str(site), str(wheel)], check=True,
                    capture_output=True)
     tree = tmp_path / "tree"
-    code = ("import sys\nfrom pathlib import Path\nfrom provisioner import project\n"
+    code = ("import sys\nfrom pathlib import Path\nfrom provisioner.image import project\n"
             "assert project.source_root() is None, project.source_root()\n"
             "for rel, src in project.files(None).items():\n"
             "    dest = Path(sys.argv[1], rel); dest.parent.mkdir(parents=True, exist_ok=True)\n"

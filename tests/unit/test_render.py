@@ -119,7 +119,7 @@ def test_byte_stable(rendered, tmp_path):
     first, second = _tree(rendered["800T-A2-apex-x86_64"]), _tree(again)
     assert first.keys() == second.keys()
     assert [k for k in first if first[k] != second[k]] == []
-    assert "project/pyproject.toml" in first and "project/provisioner/render.py" in first
+    assert "project/pyproject.toml" in first and "project/provisioner/image/render.py" in first
     assert not [k for k in first if "__pycache__" in k or k.endswith(".pyc") or "/." in k]
 
 
@@ -245,8 +245,8 @@ def test_rerender_replaces_a_previous_context(tmp_path):
 
 
 def test_failed_write_leaves_no_half_context(tmp_path):
-    from provisioner import render
     from provisioner.errors import ProvisionError
+    from provisioner.image import render
 
     ctx = render.Context(files={"Dockerfile": b"FROM x\n", "zz/missing": tmp_path / "does-not-exist"},
                          modes={}, tag="t", manifest={}, dockerfile="")
@@ -272,7 +272,7 @@ def test_refused_stack_is_one_line(tmp_path):
 def test_strict_undefined_fails_the_render():
     import jinja2
 
-    from provisioner import render
+    from provisioner.image import render
 
     with pytest.raises(jinja2.UndefinedError):
         render.template_env().from_string("FROM {{ stack.base_imag }}").render(stack={"base_image": {}})
@@ -284,7 +284,7 @@ def test_golden_directory_has_only_known_cases():
 
 def test_rendered_tree_matches_written_files(rendered, tmp_path):
     """write() and the in-memory context agree (what `provision build` sends is what `render` writes)."""
-    from provisioner import render
+    from provisioner.image import render
 
     src = rendered["800T-A2-mindspore-x86_64"]
     files = {str(p.relative_to(src)) for p in src.rglob("*") if p.is_file()}

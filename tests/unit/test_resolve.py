@@ -1,7 +1,9 @@
 import pytest
 
-from provisioner import matrix, request, resolve
 from provisioner.errors import ProvisionError, ResolveError
+from provisioner.matrix import loader as matrix
+from provisioner.resolve import request
+from provisioner.resolve import solve as resolve
 
 
 @pytest.fixture(scope="module")

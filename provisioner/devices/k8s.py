@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from provisioner.devices import DevicePlan
+from provisioner.devices.plan import DevicePlan
 from provisioner.errors import ProvisionError
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -22,7 +22,7 @@ VOLCANO_INDEX_FIELD = "metadata.annotations['volcano.sh/task-index']"
 
 
 def _quantity(size: str) -> str:
-    from provisioner.devices import shm_bytes
+    from provisioner.devices.plan import shm_bytes
 
     n = shm_bytes(size)
     for unit, mult in (("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):

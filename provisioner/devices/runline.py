@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shlex
 
-from provisioner.devices import DevicePlan
+from provisioner.devices.plan import DevicePlan
 
 
 def _device_flag(plan: DevicePlan, node) -> str:

@@ -10,7 +10,16 @@ from __future__ import annotations
 import hashlib
 import json
 
-from provisioner.resolve import Context, _bundles_for, _pyr, _v, driver_fit, hdk_row, hdk_summary, penalties
+from provisioner.resolve.solve import (
+    Context,
+    _bundles_for,
+    _pyr,
+    _v,
+    driver_fit,
+    hdk_row,
+    hdk_summary,
+    penalties,
+)
 
 SCHEMA = "provision.stack/1"
 

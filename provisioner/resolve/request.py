@@ -124,7 +124,8 @@ def stack_for(overlays, options: dict):
 
     Returns (matrix, stack); a refusal raises ResolveError, bad input ProvisionError.
     """
-    from provisioner import cache, matrix
+    from provisioner.matrix import cache
+    from provisioner.matrix import loader as matrix
 
     m = matrix.load(list(overlays or ()))
     opts = dict(options)

@@ -22,8 +22,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from provisioner import host, hostfs
-from provisioner.findings import counts, error, exit_code, info, ordered, run_checks, warning
+from provisioner.host import hostfs
+from provisioner.host import probe as host
+from provisioner.host.findings import counts, error, exit_code, info, ordered, run_checks, warning
 
 SCHEMA = "provision.doctor/1"
 STACK_FILE = "/etc/provision/stack.json"
@@ -83,7 +84,7 @@ def torch_probe(python: str, env: dict, cann_present: bool, timeout: float) -> d
     child_env = dict(env)
     if not cann_present and AUTOLOAD not in child_env:
         child_env[AUTOLOAD] = "0"
-    code = "from provisioner.doctor import _probe_main; _probe_main()"
+    code = "from provisioner.host.doctor import _probe_main; _probe_main()"
     res = host.run_command([python, "-c", code], timeout, env=child_env)
     facts: dict = {"autoload_disabled": child_env.get(AUTOLOAD) == "0", "python": python}
     line = next((ln for ln in res["stdout"].splitlines() if ln.startswith(_MARK)), None)
@@ -294,7 +295,7 @@ def check_cann(ctx: DoctorContext):
                     " or mount a CANN install and source its set_env.sh")
         return
     if want:
-        from provisioner.versions import V
+        from provisioner.matrix.versions import V
 
         if not any(V(c["version"]) == V(want) for c in canns):
             yield error("stack-drift", f"CANN {', '.join(c['version'] for c in canns)} is installed but the image's"
@@ -334,7 +335,7 @@ def check_driver(ctx: DoctorContext):
         yield warning("install-info-not-mapped", f"{INSTALL_INFO} is not mapped",
                       f"mount -v {INSTALL_INFO}:{INSTALL_INFO}:ro (torch_npu.utils.get_cann_version reads it)")
     if drv.get("version") and ctx.matrix is not None:
-        from provisioner.audit import _fit_findings
+        from provisioner.host.audit import _fit_findings
 
         for inst in ctx.facts.get("cann") or []:
             row = ctx.matrix.cann(inst["version"])
@@ -398,7 +399,7 @@ def _needed_nodes(ctx: DoctorContext) -> tuple[str, ...]:
     family = (ctx.stack.get("chip") or {}).get("family") if isinstance(ctx.stack.get("chip"), dict) else None
     name = (ctx.torch.get("npu") or {}).get("name")
     if not family and name:
-        from provisioner.npusmi import classify
+        from provisioner.host.npusmi import classify
 
         family = classify(name, None, ctx.matrix.rows("chips"))["family"]
     row = next((r for r in ctx.matrix.rows("audit_device_nodes") if r["family"] == family), None)

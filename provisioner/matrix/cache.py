@@ -60,7 +60,7 @@ def cached_resolve(matrix, req):
     name = f"resolve-{key}.json"
     hit = read(name) if matrix.fingerprint else None
     if hit is None:
-        from provisioner import resolve
+        from provisioner.resolve import solve as resolve
 
         try:
             hit = {"status": "ok", "stack": resolve.resolve(matrix, req)}

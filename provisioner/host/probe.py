@@ -7,7 +7,7 @@ paths of the fixture tree. With a root other than ``/``, npu-smi is run from
 inside the root (``<root>/usr/local/bin/npu-smi``, a fixture's fake script) and
 the Docker engine of this machine is not asked: it belongs to another host.
 
-Nothing here decides what is wrong; provisioner.audit does. A section whose
+Nothing here decides what is wrong; provisioner.host.audit does. A section whose
 probe fails is recorded in ``probe_errors`` and the rest is still read.
 """
 
@@ -22,7 +22,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from provisioner import hostfs, npusmi
+from provisioner.host import hostfs, npusmi
 
 SCHEMA = "provision.host/1"
 ASCEND = "/usr/local/Ascend"

@@ -16,8 +16,9 @@ import os
 import re
 from dataclasses import asdict, dataclass, field, replace
 
-from provisioner import devspec, hostfs
+from provisioner.devices import devspec
 from provisioner.errors import ProvisionError
+from provisioner.host import hostfs
 
 
 class PlanRefused(ProvisionError):
@@ -359,7 +360,7 @@ def _rank_table(opts: Options, settings: dict, mounts: list[Mount], notes: list[
 
 
 def _check_in_use(opts: Options, settings: dict, chip_nodes: list[Node], notes: list[str], refusals: list[str]) -> None:
-    from provisioner import enginefacts
+    from provisioner.devices import enginefacts
 
     engine = opts.engine
     if not opts.check_in_use:
@@ -469,7 +470,7 @@ def _check_range(name: str, value: str, bounds: str) -> None:
 
 
 def _check_stack(matrix, stack: dict, family: dict, host_driver: str | None, notes, refusals) -> dict:
-    from provisioner import resolve
+    from provisioner.resolve import solve as resolve
 
     sid = stack.get("id", "?")
     chip = (stack.get("chip") or {}).get("family")

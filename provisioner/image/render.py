@@ -1,9 +1,9 @@
 """Stack + recipe -> a complete, byte-stable Docker build context.
 
 The context holds the Dockerfile (templates/), the requirement files and
-requirements.lock (provisioner/packages.py), a manifest (stack.json), the small
+requirements.lock (provisioner/image/packages.py), a manifest (stack.json), the small
 files the image copies (entrypoint, CANN environment script, lock check), this
-project's source (provisioner/project.py) and defaults for the build-time
+project's source (provisioner/image/project.py) and defaults for the build-time
 inputs under build/ (pip settings, CA bundle, wheelhouse), which
 `provision build` replaces from its options. The same inputs give the same bytes.
 """
@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from provisioner.errors import ProvisionError
-from provisioner.image_labels import STACK_ID_LABEL, STACK_LABEL
-from provisioner.stack import summary as stack_summary
+from provisioner.image.labels import STACK_ID_LABEL, STACK_LABEL
+from provisioner.resolve.stack import summary as stack_summary
 
 CONTEXT_SCHEMA = "provision.context/1"
 MANIFEST = "stack.json"
@@ -157,7 +157,7 @@ def labels(stack: dict, recipe, tag: str, project, lock_sha: str, package_set: s
 
 def render(matrix, stack: dict, recipe, user: User | None = None, project_root: str | Path | None = None) -> Context:
     """Render the build context for `stack` with `recipe` (see the module docstring)."""
-    from provisioner import packages, project
+    from provisioner.image import packages, project
 
     root = project.source_root(project_root)
     proj = project.describe(root)

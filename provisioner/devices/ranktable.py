@@ -12,8 +12,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from provisioner import hostfs
 from provisioner.errors import ProvisionError
+from provisioner.host import hostfs
 
 
 @dataclass(frozen=True)

@@ -98,7 +98,7 @@ def _read_ca(path: str) -> bytes:
 
 def add_inputs(ctx, opts: BuildOptions) -> None:
     """Fill the context's build/ directory from the options (see the module docstring)."""
-    from provisioner import render
+    from provisioner.image import render
 
     cert = None
     if opts.trusted_ca is not None:
@@ -174,7 +174,7 @@ def ensure_base(c, ref: str, pull: bool) -> bool:
 
 def build(ctx, opts: BuildOptions, out=None, live: bool | None = None, verbose: bool = False) -> BuildResult:
     """Build `ctx` (a rendered Context) and tag it; progress goes to `out` (stderr by default)."""
-    from provisioner.progress import Progress
+    from provisioner.image.progress import Progress
 
     out = out or sys.stderr
     live = out.isatty() if live is None else live
@@ -192,7 +192,7 @@ def build(ctx, opts: BuildOptions, out=None, live: bool | None = None, verbose: 
     image_id = None
     error = None
     with tempfile.TemporaryFile(prefix="provision-context-") as tar, Progress(out, live, verbose) as progress:
-        from provisioner import render
+        from provisioner.image import render
 
         render.write_tar(ctx, tar)
         tar.seek(0)

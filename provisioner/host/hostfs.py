@@ -152,7 +152,7 @@ def davinci_ids(dev_root: str | Path) -> list[int]:
     return sorted(ids)
 
 
-# --- additions for the host audit (provisioner/host.py) ---------------------
+# --- additions for the host audit (provisioner/host/probe.py) ---------------------
 
 
 def read_text(path: str | Path, limit: int = 1 << 20) -> str | None:

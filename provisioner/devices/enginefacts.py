@@ -12,7 +12,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from provisioner.image_labels import STACK_LABEL  # noqa: F401 (re-exported for the planner's callers)
+from provisioner.image.labels import STACK_LABEL  # noqa: F401 (re-exported for the planner's callers)
 
 _NAMED_ID = re.compile(r"^[A-Za-z][A-Za-z0-9]*-(\d+)$")
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")

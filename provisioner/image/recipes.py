@@ -52,7 +52,7 @@ def names() -> list[str]:
 
 def load(name: str) -> Recipe:
     """Load one recipe by name; unknown names and malformed files are ProvisionErrors."""
-    from provisioner.yamlio import load as load_yaml
+    from provisioner.matrix.yamlio import load as load_yaml
 
     path = _recipe_dir() / f"{name}.yaml"
     if not path.is_file():

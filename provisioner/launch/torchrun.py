@@ -9,11 +9,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from provisioner.devices import DevicePlan
+from provisioner.devices.plan import DevicePlan
 from provisioner.errors import ProvisionError
 
 TRAIN_MODULE = "provisioner.train"
-CHECK_MODULE = "provisioner.collective"
+CHECK_MODULE = "provisioner.launch.collective"
 # torchrun's --tee copies each worker's output to its own stdout/stderr with this
 # prefix (a string.Template; ${rank} is the global rank, so the prefix names the
 # same rank on every node). LAUNCH_ENV below sets the template.

@@ -16,10 +16,10 @@ import os
 import re
 from functools import cached_property
 
-from provisioner import cache
 from provisioner.errors import MatrixError
+from provisioner.matrix import cache
+from provisioner.matrix.versions import V, VersionError, parse
 from provisioner.paths import data_path
-from provisioner.versions import V, VersionError, parse
 
 VERSION_KEYED = {"cann", "hdk", "firmware", "torch_npu_releases", "torch_npu", "torch", "mindspore"}
 IMAGE_TAG = re.compile(r"^(?P<chip>[0-9a-z]+)-(?P<os>[a-z]+\d+\.\d+)-py(?P<py>\d+\.\d+)(?P<devel>-devel)?$")
@@ -63,16 +63,25 @@ def _label(path: str) -> str:
     return f"matrices/{os.path.basename(path)}" if os.path.dirname(real) == shipped else str(path)
 
 
-# Code whose behaviour a cached matrix or a cached resolution depends on.
-_CODE = ("matrix.py", "schema.py", "versions.py", "yamlio.py", "request.py", "resolve.py", "stack.py")
+# Code whose behaviour a cached matrix or a cached resolution depends on: every
+# module of the matrix and resolve packages (whatever files they hold).
+_CODE_PACKAGES = ("matrix", "resolve")
+
+
+def _code_files() -> list[str]:
+    top = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+    files = []
+    for pkg in _CODE_PACKAGES:
+        d = os.path.join(top, pkg)
+        files += sorted(os.path.join(d, n) for n in os.listdir(d) if n.endswith(".py"))
+    return files
 
 
 def fingerprint(layers) -> str:
-    code = os.path.dirname(os.path.realpath(__file__))
     parts = []
-    for name in _CODE:
-        st = os.stat(os.path.join(code, name))
-        parts.append(f"{name}:{st.st_mtime_ns}:{st.st_size}")
+    for path in _code_files():
+        st = os.stat(path)
+        parts.append(f"{os.path.basename(path)}:{st.st_mtime_ns}:{st.st_size}")
     for _, files in layers:
         for f in files:
             st = os.stat(f)
@@ -98,8 +107,8 @@ def load(overlays: list | None = None, use_cache: bool = True) -> Matrix:
 def _build(layers) -> dict:
     from pathlib import Path
 
-    from provisioner import schema
-    from provisioner.yamlio import load as load_yaml
+    from provisioner.matrix import schema
+    from provisioner.matrix.yamlio import load as load_yaml
 
     merged: dict[str, dict] = {name: {} for name in schema.SECTIONS}
     policy: dict = {}
@@ -169,7 +178,7 @@ def _plain(row) -> dict:
 
 def _cross_check(data: dict, merged: dict) -> None:
     """Relations between sections: every reference must name something that exists."""
-    from provisioner import schema
+    from provisioner.matrix import schema
 
     def fail(section: str, row: dict, key: str, msg: str):
         node = merged[section].get(_row_key(section, row[schema.SECTIONS[section].key]))

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from provisioner.errors import MatrixError
-from provisioner.versions import PyRange, Spec, V, VersionError
-from provisioner.yamlio import Node
+from provisioner.matrix.versions import PyRange, Spec, V, VersionError
+from provisioner.matrix.yamlio import Node
 
 # --- field checkers: each returns the normalised value or raises ValueError ---
 

@@ -3,7 +3,7 @@
     plan (devices.plan) ─▶ container kwargs (runline.docker_kwargs + command, env, labels)
         ─▶ create ─▶ start ─▶ stream logs (rank-prefixed lines) ─▶ wait ─▶ exit code ─▶ remove
 
-An optional collective check (`provisioner.collective` under torchrun, in its
+An optional collective check (`provisioner.launch.collective` under torchrun, in its
 own container) runs first and stops the launch when it fails. SIGINT, SIGTERM
 and SIGHUP during a run stop the container (Docker sends SIGTERM to its init,
 which passes it to torchrun, which stops its workers), then remove it; a second
@@ -26,10 +26,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TextIO
 
-from provisioner import logstream, runline, torchrun
-from provisioner.collective import SCHEMA as COLLECTIVE_SCHEMA
-from provisioner.devices import DevicePlan
+from provisioner.devices import runline
+from provisioner.devices.plan import DevicePlan
 from provisioner.errors import ProvisionError
+from provisioner.launch import logstream, torchrun
+from provisioner.launch.collective import SCHEMA as COLLECTIVE_SCHEMA
 
 SCHEMA = "provision.launch/1"
 LABEL = "org.provision.launch"
@@ -118,14 +119,15 @@ def inspect_image(client, ref: str) -> ImageInfo:
 
 def image_stack(info: ImageInfo) -> tuple[dict | None, str | None]:
     """The image's Stack from its label (None and a note when it has none)."""
-    from provisioner.image_labels import label_stack
+    from provisioner.image.labels import label_stack
 
     return label_stack(info.labels, info.ref)
 
 
 def plan_for(matrix, opts, info: ImageInfo, mode: str = "auto") -> tuple[DevicePlan, list[str]]:
     """Plan the launch: engine facts (chips in use, runtimes), the image's stack, the mode."""
-    from provisioner import devices, enginefacts
+    from provisioner.devices import enginefacts
+    from provisioner.devices import plan as devices
 
     notes: list[str] = []
     facts = enginefacts.gather(timeout=FACTS_TIMEOUT_S)

@@ -1,6 +1,6 @@
 """All-reduce smoke test across every process torchrun started, before hours go into a run.
 
-    torchrun --nproc-per-node N -m provisioner.collective [--sizes 1M,16M] [--iters 10] [--device auto]
+    torchrun --nproc-per-node N -m provisioner.launch.collective [--sizes 1M,16M] [--iters 10] [--device auto]
 
 Each rank picks its device (NPU if torch_npu and CANN work, else CUDA, else
 CPU) and the matching backend (hccl, nccl, gloo), checks that an all_reduce
@@ -160,7 +160,7 @@ def table(doc: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m provisioner.collective", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m provisioner.launch.collective", description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", help="Comma-separated message sizes (default: 64K,1M,4M on CPU; 1M..256M on NPU/GPU).")
     ap.add_argument("--iters", type=int, help="Timed all_reduces per size (default: 5 on CPU, 20 on NPU/GPU).")
     ap.add_argument("--warmup", type=int, default=2, help="Untimed all_reduces per size first.")

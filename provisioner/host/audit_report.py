@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from provisioner.findings import ERROR, INFO, WARNING
+from provisioner.host.findings import ERROR, INFO, WARNING
 
 _HEADINGS = ((ERROR, "Errors"), (WARNING, "Warnings"), (INFO, "Info"))
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from provisioner.findings import Finding, counts, error, exit_code, info, ordered, run_checks, warning
-from provisioner.versions import Spec, V, VersionError, any_match, is_patch_of
+from provisioner.host.findings import Finding, counts, error, exit_code, info, ordered, run_checks, warning
+from provisioner.matrix.versions import Spec, V, VersionError, any_match, is_patch_of
 
 SCHEMA = "provision.audit/1"
 MODES = ("runtime", "devices", "cdi")
@@ -140,7 +140,7 @@ def driver_verdict(driver: str, cann_row: dict, matrix) -> tuple[str, str]:
     unlisted (same release line as a listed HDK, later build) | too-old | mismatch.
     Wraps resolve.driver_fit, which knows the matrix's rules, and refines its "no".
     """
-    from provisioner.resolve import driver_fit, hdk_row
+    from provisioner.resolve.solve import driver_fit, hdk_row
 
     fit = driver_fit(driver, cann_row, matrix)
     row = hdk_row(matrix, cann_row)[0] if matrix is not None else cann_row
@@ -166,7 +166,7 @@ def driver_verdict(driver: str, cann_row: dict, matrix) -> tuple[str, str]:
 
 
 def _fit_findings(prefix: str, driver: str, cann: str, row: dict, matrix, what: str, card_hint: str) -> list[Finding]:
-    from provisioner.resolve import hdk_row, hdk_summary
+    from provisioner.resolve.solve import hdk_row, hdk_summary
 
     try:
         verdict, detail = driver_verdict(driver, row, matrix)
@@ -551,7 +551,7 @@ def check_devices(ctx: AuditContext):
 
 def _node_names(names: list[str]) -> str:
     """davinci0..davinci7 + others -> 'davinci0-7, davinci_manager'."""
-    from provisioner.audit_report import id_ranges
+    from provisioner.host.audit_report import id_ranges
 
     ids = sorted(int(n[7:]) for n in names if n.startswith("davinci") and n[7:].isdigit())
     rest = [n for n in names if not (n.startswith("davinci") and n[7:].isdigit())]
@@ -707,8 +707,9 @@ def _host_card(ctx: AuditContext) -> str | None:
 
 def recommend(ctx: AuditContext, stack: dict | None = None) -> dict:
     """The stack the matrix would pick for this host (card, driver, arch), or why there is none."""
-    from provisioner import cache, request
     from provisioner.errors import ProvisionError
+    from provisioner.matrix import cache
+    from provisioner.resolve import request
 
     card = _host_card(ctx)
     if card is None:

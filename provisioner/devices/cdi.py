@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from provisioner.devices import DevicePlan
+from provisioner.devices.plan import DevicePlan
 
 
 def _node(plan: DevicePlan, node) -> dict:

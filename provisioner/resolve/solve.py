@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from provisioner.errors import ResolveError
-from provisioner.request import Request
-from provisioner.versions import PyRange, Spec, VersionError, is_patch_of, parse, sort_versions, span
+from provisioner.matrix.versions import PyRange, Spec, VersionError, is_patch_of, parse, sort_versions, span
+from provisioner.resolve.request import Request
 
 MAX_ALTERNATIVES = 3
 
@@ -576,7 +576,7 @@ def training_refusal(family: dict, card: dict) -> str | None:
 
 def resolve(matrix, req: Request):
     """Return a Stack dict, or raise ResolveError with reasons and alternative stacks."""
-    from provisioner.stack import make_stack
+    from provisioner.resolve.stack import make_stack
 
     card, family, via_alias = matrix.lookup_card(req.card)
     task = req.task or matrix.policy.get("default_task", "train")

@@ -48,14 +48,14 @@ def _env(stack: dict) -> dict:
 
 
 def _matches(specs, version: str) -> bool:
-    from provisioner.versions import any_match
+    from provisioner.matrix.versions import any_match
 
     return any_match(specs, version)
 
 
 def select(matrix, stack: dict) -> dict:
     """The package set for a stack: the last row (overlays come last) whose framework and Python ranges match."""
-    from provisioner.versions import PyRange
+    from provisioner.matrix.versions import PyRange
 
     if stack["framework"] == "mindspore":
         field_, version = "mindspore", stack["mindspore"]["version"]

@@ -1,0 +1,1 @@
+"""HostReport + chip selection -> DevicePlan, and its renderers: docker run line / docker-py kwargs, CDI, Kubernetes, HCCL rank table."""
