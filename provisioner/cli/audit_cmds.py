@@ -41,9 +41,15 @@ def _check_root(root: str, dev_root: str | None) -> None:
               help="Saved `npu-smi info` (and/or `npu-smi info -m`) output to read instead of running npu-smi.")
 @click.option("--npu-smi-timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
               help="Seconds to wait for the host's npu-smi (with --root: ROOT/usr/local/bin/npu-smi).")
+@click.option("--env-file", "env_files", multiple=True, type=click.Path(), metavar="FILE",
+              help="A launch script or env file whose KEY=VALUE / export lines a job runs with (HCCL_* checked).")
+@click.option("--job", "job_file", type=click.Path(), metavar="FILE",
+              help="A framework job file: check the launch variables its kind and its env: set.")
+@click.option("-e", "--env", "env_items", multiple=True, metavar="KEY=VALUE", help="A launch variable to check (repeatable).")
 @matrix_option
 @json_option
-def audit_cmd(root, dev_root, card, task, mode, image, npu_smi_output, npu_smi_timeout, overlays, as_json):
+def audit_cmd(root, dev_root, card, task, mode, image, npu_smi_output, npu_smi_timeout, env_files, job_file,
+              env_items, overlays, as_json):
     """Audit a host: driver, firmware, CANN, chips, devices, users, Docker and runtime.
 
     Exit code 0 when clean, 1 with warnings, 2 with errors (or bad input).
@@ -63,6 +69,7 @@ def audit_cmd(root, dev_root, card, task, mode, image, npu_smi_output, npu_smi_t
     if card:
         m.lookup_card(card)
     options = audit.AuditOptions(card=card, task=task, mode=mode, image=image)
+    options.launch_env, options.launch_env_source = _launch_env(m, env_files, job_file, env_items)
     if image:
         from provisioner.image import labels as image_labels
 
@@ -77,6 +84,42 @@ def audit_cmd(root, dev_root, card, task, mode, image, npu_smi_output, npu_smi_t
     else:
         click.echo(audit_report.render_audit(result))
     return result["exit_code"]
+
+
+def _launch_env(m, env_files, job_file, env_items) -> tuple[dict | None, str]:
+    """The launch variables to audit, later sources winning: env files, the job file, -e."""
+    from provisioner.errors import ProvisionError
+    from provisioner.host import launchvars
+
+    if not (env_files or job_file or env_items):
+        return None, ""
+    env: dict = {}
+    names = []
+    for path in env_files:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                env.update(launchvars.parse_env_file(fh.read(), path))
+        except OSError as exc:
+            raise ProvisionError(f"--env-file {path}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise ProvisionError(f"--env-file {path}: not UTF-8 text") from None
+        names.append(path)
+    if job_file:
+        from provisioner.jobs import catalog
+        from provisioner.jobs import spec as jobspec
+
+        job = jobspec.load(job_file)
+        env.update(catalog.kind(m, job.kind, job.at("kind")).get("env") or {})
+        env.update(dict(job.env))
+        names.append(job_file)
+    for item in env_items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ProvisionError(f"-e {item!r}: write KEY=VALUE")
+        env[key] = value
+    if env_items:
+        names.append("-e")
+    return env, " + ".join(names)
 
 
 @click.command("doctor")

@@ -275,25 +275,46 @@ def cdi_cmd(overlays, as_json, output, fmt, **kw):
 @click.option("--namespace", help="metadata.namespace of every manifest.")
 @click.option("--config", help="Trainer config path inside the container (default command: provision-train --config PATH).")
 @click.option("--output", "-o", help="Write the manifests here instead of stdout.")
+@click.option("--job", "job_file", type=click.Path(), metavar="FILE",
+              help="A framework job file: a Volcano Job (torchrun / msrun kinds) or a KubeRay RayJob (GRPO) running its steps.")
+@click.option("--stack", "stack_file", type=click.Path(), help="With --job: the image's stack JSON (default: its label, if the local engine has the image).")
+@click.option("--pvc", "pvcs", multiple=True, metavar="CLAIM:PATH",
+              help="With --job: mount this PersistentVolumeClaim at PATH; job paths under it use it instead of a hostPath.")
 @json_option
 @click.argument("image")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def k8s_cmd(overlays, as_json, image, command, volcano, name, namespace, config, output, **kw):
+def k8s_cmd(overlays, as_json, image, command, volcano, name, namespace, config, output, job_file, stack_file, pvcs, **kw):
     """Render a Kubernetes Job (or Volcano Job) requesting the chips, with read-only driver mounts and /dev/shm.
 
     --devices gives the chip count per pod (and the host the mounts are read
-    from); the device plugin chooses the chips.
+    from); the device plugin chooses the chips. --job FILE renders a framework
+    job instead: its scripts in a ConfigMap and a Volcano Job or KubeRay RayJob
+    (--nnodes pods) that runs them, resumable after a restart.
     """
     from provisioner.devices import k8s
     from provisioner.devices import plan as devices
+    from provisioner.errors import ProvisionError
     from provisioner.matrix import loader as matrix
 
+    if not job_file and (stack_file or pvcs):
+        raise ProvisionError("--stack and --pvc go with --job")
+    if job_file and (command or config):
+        raise ProvisionError("--job runs the job's own steps: give no COMMAND or --config")
+    spec = None
+    if job_file:
+        from provisioner.jobs import k8s as jobk8s
+        from provisioner.jobs import spec as jobspec
+
+        spec = jobspec.load(job_file)
+        claims = jobk8s.parse_pvc(pvcs)
     m = matrix.load(list(overlays or ()))
     opts = plan_options(m, kw, check_in_use=False)
     try:
         plan = devices.plan(m, opts)
     except devices.PlanRefused as exc:
         return _refused(K8S_SCHEMA, exc, as_json)
+    if spec is not None:
+        return _k8s_job(m, spec, plan, image, stack_file, claims, namespace, output, kw, as_json)
     docs = k8s.manifests(plan, image, list(command), name=name, volcano=volcano, config=config, namespace=namespace)
     text = k8s.render(docs, plan, volcano)
     if output:
@@ -304,6 +325,40 @@ def k8s_cmd(overlays, as_json, image, command, volcano, name, namespace, config,
         click.echo(text, nl=False)
     else:
         click.echo(f"wrote {output} ({len(docs)} manifest(s))")
+    return 0
+
+
+def _k8s_job(m, spec, plan, image, stack_file, claims, namespace, output, kw, as_json) -> int:
+    from provisioner.jobs import k8s as jobk8s
+    from provisioner.jobs import plan as jobplan
+
+    if stack_file:
+        stack, note = _load_stack(stack_file), None
+    else:
+        from provisioner.devices import enginefacts
+
+        stack, note = _label_stack(enginefacts.gather(image=image, timeout=ENGINE_TIMEOUT_S), image)
+        if stack is None:
+            note = (note or f"image {image} is not in the local Docker engine") + "; give its stack with --stack FILE"
+    try:
+        jplan = jobplan.build(m, spec, card=kw["card"], chips_per_node=len(plan.chips), nnodes=kw["nnodes"] or 1,
+                              stack=stack, image=f"image {image}")
+    except jobplan.JobRefused as exc:
+        if note:
+            exc.reasons.append(note)
+            exc.args = ("; ".join(exc.reasons),)
+        return _refused(K8S_SCHEMA, exc, as_json)
+    docs = jobk8s.manifests(jplan, plan, image, namespace=namespace, pvcs=claims)
+    text = jobk8s.render(docs, jplan, plan)
+    if output:
+        _write(output, text)
+    if as_json:
+        emit_json({"schema": K8S_SCHEMA, "status": "ok", "output": output, "job": jplan.to_dict(), "manifests": docs,
+                   "notes": list(jplan.notes) + list(plan.notes)})
+    elif not output:
+        click.echo(text, nl=False)
+    else:
+        click.echo(f"wrote {output} ({len(docs)} manifests: {', '.join(d['kind'] for d in docs)})")
     return 0
 
 

@@ -8,6 +8,7 @@ from provisioner.cli.common import emit_json, json_option
 from provisioner.cli.device_cmds import host_options, launch_options
 
 LAUNCH_SCHEMA = "provision.launch/1"
+JOB_SCHEMA = "provision.launch-job/1"
 
 
 def register(group: click.Group) -> None:
@@ -37,10 +38,13 @@ def register(group: click.Group) -> None:
 @click.option("--stop-timeout", "stop_timeout", type=click.IntRange(1, 3600), default=20, show_default=True,
               help="Seconds between SIGTERM and SIGKILL when stopping on Ctrl-C / SIGTERM.")
 @click.option("--no-init", "no_init", is_flag=True, help="Run torchrun as PID 1 (no docker --init).")
+@click.option("--job", "job_file", type=click.Path(), metavar="FILE",
+              help="Run a framework job file (MindSpeed-LLM SFT, MindSpeed-RL GRPO, MindSpore SFT): every step, resumable.")
+@click.option("--dry-run", "dry_run", is_flag=True, help="With --job: validate and show the steps; write and start nothing.")
 @json_option
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def launch_cmd(overlays, as_json, image, check, check_only, module, script, exec_, env, volumes, workdir, network, mode,
-               user, name, rank_table, labels, keep, stop_timeout, no_init, args, **kw):
+               user, name, rank_table, labels, keep, stop_timeout, no_init, job_file, dry_run, args, **kw):
     """Run torchrun in a container with exactly the chips in --devices, stream its logs, return its exit code.
 
     \b
@@ -66,12 +70,23 @@ def launch_cmd(overlays, as_json, image, check, check_only, module, script, exec
     from provisioner.launch import torchrun
     from provisioner.matrix import loader as matrix
 
-    target = _target(module, script, exec_, check_only, args)
+    if job_file:
+        if module or script or exec_ or check_only or args or workdir:
+            raise ProvisionError("--job runs the job's own steps: give no ARGS, --module, --script, --exec,"
+                                 " --check-only or --workdir")
+    elif dry_run:
+        raise ProvisionError("--dry-run goes with --job")
+    target = None if job_file else _target(module, script, exec_, check_only, args)
     if kw["nnodes"] > 1 and not kw.get("master_addr"):
         raise ProvisionError("--nnodes > 1 needs --master-addr (the IP or name of node rank 0)")
     user_env = torchrun.parse_env(env, dict(os.environ))
     mounts = [torchrun.parse_volume(v) for v in volumes]
     extra_labels = launch.parse_labels(labels)
+    spec = None
+    if job_file:
+        from provisioner.jobs import spec as jobspec
+
+        spec = jobspec.load(job_file)  # a bad job file fails before any engine is asked
     m = matrix.load(list(overlays or ()))
     client = launch.connect()
     try:
@@ -81,9 +96,12 @@ def launch_cmd(overlays, as_json, image, check, check_only, module, script, exec
             plan, notes = launch.plan_for(m, opts, info, mode)
         except devices.PlanRefused as exc:
             if as_json:
-                emit_json({"schema": LAUNCH_SCHEMA, "status": "refused", "reasons": exc.reasons})
+                emit_json({"schema": JOB_SCHEMA if spec else LAUNCH_SCHEMA, "status": "refused", "reasons": exc.reasons})
                 return 2
             raise
+        if spec is not None:
+            return _launch_job(m, spec, client, info, plan, notes, kw, as_json, dry_run, check, user_env, mounts,
+                               network, keep, name, stop_timeout, extra_labels, not no_init)
         job = launch.Job(plan=plan, image=info, target=target, check=check or check_only, env=user_env,
                          volumes=mounts, workdir=workdir, network=network, init=not no_init, keep=keep, name=name,
                          stop_timeout=stop_timeout, notes=tuple(notes), labels=extra_labels)
@@ -100,6 +118,69 @@ def launch_cmd(overlays, as_json, image, check, check_only, module, script, exec
         for line in launch.describe(doc):
             click.echo(f"provision launch: {line}", err=True)
     return launch.exit_code(doc)
+
+
+def _launch_job(m, spec, client, info, devplan, notes, kw, as_json, dry_run, check, user_env, mounts, network, keep,
+                name, stop_timeout, labels, init):
+    """`launch --job`: validate the job against this launch, write its directory, run it (after --check)."""
+    import sys
+
+    from provisioner.jobs import plan as jobplan
+    from provisioner.launch import jobrun
+    from provisioner.launch import run as launch
+
+    stack, _ = launch.image_stack(info)
+    try:
+        jplan = jobplan.build(m, spec, card=kw["card"], chips_per_node=len(devplan.chips), nnodes=kw["nnodes"],
+                              stack=stack, image=f"image {info.ref}")
+        reasons = jobrun.check_host(jplan)
+        if not spec.resume and (found := jobplan.previous_run(jplan)):
+            reasons.append(f"{spec.at('resume')}: resume: false, but {spec.output} holds an earlier run ({found[0]});"
+                           " choose another output or set resume: true")
+        if reasons:
+            raise jobplan.JobRefused(reasons)
+    except jobplan.JobRefused as exc:
+        if as_json:
+            emit_json({"schema": JOB_SCHEMA, "status": "refused", "reasons": exc.reasons})
+            return 2
+        raise
+    if dry_run:
+        doc = jobrun.dry_run(jplan, devplan, info.ref)
+        if as_json:
+            emit_json(doc)
+        else:
+            for s in doc["steps"]:
+                click.echo(f"{s['would']:4}  {s['id']:<10} {s['title']}  [{s['run']}]")
+            est = jplan.memory
+            click.echo(f"memory: {est['total_mb'] / 1024:.1f} GB of {((est['hbm_mb'] or 0) / 1024):.0f} GB per chip"
+                       f" ({jplan.spec.parallel.label()})")
+        return 0
+    out, err = (sys.stderr, sys.stderr) if as_json else (sys.stdout, sys.stderr)
+    if check:
+        probe = launch.Job(plan=devplan, image=info, target=None, check=True, env=user_env, volumes=[],
+                           network=network, init=init, keep=keep, name=name, stop_timeout=stop_timeout, labels=labels)
+        doc = launch.run(probe, client, out=out, err=err)
+        if doc["status"] != "ok":
+            if as_json:
+                emit_json(doc)
+            else:
+                for line in launch.describe(doc):
+                    click.echo(f"provision launch: {line}", err=True)
+            return launch.exit_code(doc)
+    written = jobrun.write_files(jplan)
+    job = jobrun.JobRun(plan=jplan, devices=devplan, image=info, env=user_env, volumes=mounts, network=network,
+                        keep=keep, name=name, stop_timeout=stop_timeout, labels=labels, notes=tuple(notes + written),
+                        init=init)
+    if not as_json:
+        for note in list(job.notes) + jplan.notes + list(devplan.notes):
+            click.echo(f"# note: {note}", err=True)
+    doc = jobrun.run(job, client, out=out, err=err)
+    if as_json:
+        emit_json(doc)
+    else:
+        for line in jobrun.describe(doc):
+            click.echo(f"provision launch: {line}", err=True)
+    return jobrun.exit_code(doc)
 
 
 def _target(module, script, exec_, check_only, args):

@@ -85,6 +85,12 @@ def _pod(plan: DevicePlan, image: str, command: list[str], labels: dict, rank_fi
     return {"metadata": {"labels": dict(labels)}, "spec": spec}
 
 
+def pod_template(plan: DevicePlan, image: str, command: list[str], labels: dict, rank_field: str, master: str,
+                 subdomain: str | None = None) -> dict:
+    """One pod template for the plan (what `provision k8s --job` builds its Volcano Job and RayJob pods on)."""
+    return _pod(plan, image, command, labels, rank_field, master, subdomain)
+
+
 def manifests(
     plan: DevicePlan,
     image: str,

@@ -26,6 +26,8 @@ class AuditOptions:
     mode: str | None = None       # how containers will get the NPU: runtime / devices / cdi
     image: str | None = None      # image reference, for messages
     image_stack: dict | None = None
+    launch_env: dict | None = None  # launch variables a job will set (--env-file, --job, -e)
+    launch_env_source: str = ""     # where they came from, for messages
 
 
 @dataclass
@@ -739,6 +741,24 @@ def _recommend(ctx: AuditContext, stack: dict):
                f" (Python {s['python']})", f"provision build {flags}")
 
 
+def check_launch_env(ctx: AuditContext):
+    """The launch variables a job will run with (host.launchvars rules from the matrix)."""
+    env = ctx.options.launch_env
+    if env is None:
+        return
+    from provisioner.host import launchvars
+
+    where = ctx.options.launch_env_source or "the launch environment"
+    issues = launchvars.check(ctx.matrix, env)
+    for issue in issues:
+        make = info if issue.problem == launchvars.LEGACY else warning
+        yield make(f"launch-env-{issue.problem}", f"{where}: {issue.message}", issue.remedy)
+    checked = launchvars.relevant(ctx.matrix, env)
+    if not issues:
+        yield info("launch-env-ok", f"{where}: {len(checked)} launch variable(s) checked"
+                   + (f" ({', '.join(sorted(checked))})" if checked else ""))
+
+
 # ---------------------------------------------------------------- registry
 
 CHECKS = [
@@ -759,6 +779,7 @@ CHECKS = [
     ("runtime-paths", check_runtime_paths),
     ("shm", check_shm),
     ("image", check_image),
+    ("launch-env", check_launch_env),
 ]
 
 

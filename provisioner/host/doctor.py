@@ -14,7 +14,6 @@ child that crashes, hangs or prints nonsense becomes a finding.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import re
@@ -449,43 +448,39 @@ def check_bf16(ctx: DoctorContext):
 
 
 def check_env(ctx: DoctorContext):
-    rules = ctx.matrix.rows("audit_env") if ctx.matrix is not None else []
-    for rule in rules:
-        value = ctx.env.get(rule["name"])
-        if value is None or rule["kind"] == "ids":
-            continue
-        problem = _env_problem(rule, value.strip())
-        if problem:
-            yield warning("env-invalid", f"{rule['name']}={value}: {problem}", rule.get("notes") or "fix or unset it")
+    """Launch variables (host.launchvars): values in range, known names under HCCL_* / TORCH_HCCL_*,
+    interfaces that exist here."""
+    if ctx.matrix is None:
+        return
+    from provisioner.host import launchvars
+
+    rules = launchvars.rules(ctx.matrix)
+    for issue in launchvars.check(ctx.matrix, ctx.env):
+        if issue.problem == launchvars.INVALID and rules[issue.name]["kind"] == "ids":
+            continue  # ASCEND_RT_VISIBLE_DEVICES has its own check against the mapped chips (check_devices)
+        if issue.problem == launchvars.INVALID:
+            yield warning("env-invalid", issue.message, issue.remedy)
+        elif issue.problem == launchvars.UNKNOWN:
+            yield warning("env-unknown", issue.message, issue.remedy)
+        else:
+            yield info("env-legacy", issue.message, issue.remedy)
+    for name, rule in rules.items():
+        value = ctx.env.get(name)
+        if value is not None and rule["kind"] == "ifname" and not launchvars.value_problem(rule, value):
+            missing = _missing_interface(value.strip())
+            if missing:
+                yield warning("env-invalid", f"{name}={value}: {missing}", rule.get("notes") or "fix or unset it")
 
 
-def _env_problem(rule: dict, value: str) -> str | None:
-    kind = rule["kind"]
-    if kind == "int":
-        if not value.lstrip("-").isdigit():
-            return "not a whole number"
-        n = int(value)
-        lo, hi = rule.get("min"), rule.get("max")
-        if (lo is not None and n < lo) or (hi is not None and n > hi):
-            return f"outside [{lo}, {hi}]"
-        return None
-    if kind == "ip":
-        try:
-            ipaddress.ip_address(value)
-        except ValueError:
-            return "not an IP address"
-        return None
-    if kind == "ifname":
-        body = value.lstrip("^").lstrip("=")
-        names = [n for n in body.split(",") if n]
-        if not names:
-            return "no interface named"
-        exact = value.lstrip("^").startswith("=")
-        net = Path("/sys/class/net")
-        if net.is_dir() and not value.startswith("^"):
-            have = os.listdir(net)
-            if not any((h == n) if exact else h.startswith(n) for n in names for h in have):
-                return f"no network interface matches (have: {', '.join(sorted(have))})"
+def _missing_interface(value: str) -> str | None:
+    """HCCL_SOCKET_IFNAME-style value (prefixes, =exact, ^exclude) matching no interface of this machine."""
+    names = [n for n in value.lstrip("^").lstrip("=").split(",") if n]
+    exact = value.lstrip("^").startswith("=")
+    net = Path("/sys/class/net")
+    if net.is_dir() and not value.startswith("^"):
+        have = os.listdir(net)
+        if not any((h == n) if exact else h.startswith(n) for n in names for h in have):
+            return f"no network interface matches (have: {', '.join(sorted(have))})"
     return None
 
 

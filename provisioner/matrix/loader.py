@@ -260,6 +260,10 @@ def _cross_check(data: dict, merged: dict) -> None:
             fail("profiles", row, "constraints", f"profile {row['name']!r} names unknown card {card!r}")
         if row.get("fixed_by") and not any(p["name"] == row["fixed_by"] for p in data["profiles"]):
             fail("profiles", row, "fixed_by", f"profile {row['name']!r}: fixed_by names unknown profile {row['fixed_by']!r}")
+    frameworks = {r["id"] for r in data["job_frameworks"]}
+    for row in data["job_kinds"]:
+        if row["framework"] not in frameworks:
+            fail("job_kinds", row, "framework", f"job kind {row['id']!r} names unknown job framework {row['framework']!r}")
     for key in ("training_fallback_cards",):
         for card in data["policy"].get(key, []):
             if card.lower() not in names:

@@ -446,9 +446,52 @@ SECTIONS: dict[str, Section] = {
     ),
     "audit_env": Section(
         "name",
-        {"name": STR, "kind": enum("int", "ip", "ifname", "ids")},
-        {"min": opt(INT), "max": opt(INT), **NOTES},
-        doc="launch variables the doctor validates (HCCL_*, ASCEND_RT_VISIBLE_DEVICES)",
+        {"name": STR, "kind": enum("int", "ip", "ifname", "ids", "choice", "text")},
+        {"min": opt(INT), "max": opt(INT), "values": list_of(STR), "status": enum("current", "legacy"),
+         "default": opt(STR), **NOTES},
+        doc="launch variables audit and doctor validate (HCCL_*, torch_npu, ASCEND_RT_VISIBLE_DEVICES)",
+    ),
+    "audit_env_prefixes": Section(
+        "prefix",
+        {"prefix": STR, "why": TEXT},
+        dict(NOTES),
+        doc="variable name prefixes whose unknown members audit and doctor flag (a typo is silently ignored)",
+    ),
+    # --- framework jobs (matrices/jobs.yaml) ---
+    "job_frameworks": Section(
+        "id",
+        {"id": STR, "name": STR, "stack_framework": enum("pytorch", "mindspore"), "stack_extra": STR,
+         "recipe": STR, "checkout": STR, "build": STR},
+        {"extra_kinds": list_of(STR), "checkout_repo": opt(STR), **NOTES},
+        doc="which framework a job kind needs from the image's stack, and how to build an image with it",
+    ),
+    "job_kinds": Section(
+        "id",
+        {"id": STR, "title": STR, "framework": STR, "launcher": enum("torchrun", "ray", "msrun"),
+         "memory": enum("megatron", "grpo", "mindformers"),
+         "steps": records({"id": STR, "title": STR, "template": STR, "run": enum("once", "distributed", "ray"),
+                           "outputs": list_of(STR)}),
+         "env": STR_MAP},
+        dict(NOTES),
+        doc="framework job kinds: their steps (templates/jobs/<kind>/), launcher and default environment",
+    ),
+    "job_models": Section(
+        "model_type",
+        {"model_type": STR, "name": STR, "qkv_bias": BOOL},
+        {"mindspeed_llm": STR_MAP, "mindspeed_rl": STR_MAP, "mindformers": STR_MAP, **NOTES},
+        doc="how a Hugging Face model type maps onto each framework's converter and prompt template",
+    ),
+    "job_data_formats": Section(
+        "id",
+        {"id": STR, "handler": STR},
+        dict(NOTES),
+        doc="the preprocessing handler per framework and data format (<framework>/<format>)",
+    ),
+    "job_memory": Section(
+        "id",
+        {"id": STR, "fixed": INT, "sharded": INT, "why": TEXT},
+        dict(NOTES),
+        doc="constants of the per-chip memory estimate of framework jobs",
     ),
 }
 

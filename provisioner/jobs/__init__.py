@@ -1,0 +1,13 @@
+"""Framework jobs: a small YAML job file -> validated JobPlan -> step scripts rendered from templates/jobs/.
+
+    spec      read and check the job file (errors name file:line)
+    model     the model's shape from its config.json, parameter count
+    catalog   job kinds, frameworks, model types and data formats from matrices/jobs.yaml; which stack
+              carries which framework
+    memory    the per-chip memory estimate a job is checked against the card's HBM
+    plan      everything validated together -> JobPlan (paths, steps, rendered scripts and configs)
+    k8s       Volcano Job (torchrun / msrun jobs) and KubeRay RayJob (GRPO) manifests for a JobPlan
+
+`provision launch --job` (provisioner.launch.jobrun) runs a JobPlan in Docker; `provision k8s --job`
+renders it for a cluster. Nothing here talks to Docker.
+"""

@@ -1,0 +1,88 @@
+"""Job kinds, frameworks, model types and data formats (matrices/jobs.yaml), and the one rule that says
+whether an image's stack carries a job's framework.
+
+The stack is what `provision build` writes into the image label (provisioner.image.labels): today a
+MindSpeed-LLM or MindSpeed-RL set shows up as `extras.mindspeed_llm` (its `kind` says which), a
+MindSpore Transformers set as `extras.mindformers`. `stack_carries` is the only place that reads those
+keys for jobs; when the label learns to name framework sets differently, adapt it there.
+"""
+
+from __future__ import annotations
+
+from provisioner.errors import ProvisionError
+
+
+def kind(matrix, name: str, where: str) -> dict:
+    rows = {r["id"]: r for r in matrix.rows("job_kinds")}
+    if name not in rows:
+        raise ProvisionError(f"{where}: unknown job kind {name!r} (known: {', '.join(sorted(rows))})")
+    return rows[name]
+
+
+def framework(matrix, kind_row: dict) -> dict:
+    return next(r for r in matrix.rows("job_frameworks") if r["id"] == kind_row["framework"])
+
+
+def model_row(matrix, model_type: str, where: str) -> dict:
+    rows = {r["model_type"]: r for r in matrix.rows("job_models")}
+    if model_type not in rows:
+        raise ProvisionError(f"{where}: model_type {model_type!r} has no framework mapping in matrices/jobs.yaml"
+                             f" job_models (known: {', '.join(sorted(rows))})")
+    return rows[model_type]
+
+
+def data_handler(matrix, framework_id: str, fmt: str, where: str) -> dict:
+    rows = {r["id"]: r for r in matrix.rows("job_data_formats")}
+    key = f"{framework_id}/{fmt}"
+    if key not in rows:
+        known = sorted(k.split("/", 1)[1] for k in rows if k.startswith(framework_id + "/"))
+        raise ProvisionError(f"{where}: data format {fmt!r} has no {framework_id} handler (known: {', '.join(known)})")
+    return rows[key]
+
+
+def memory_constant(matrix, ident: str) -> dict:
+    return next(r for r in matrix.rows("job_memory") if r["id"] == ident)
+
+
+def stack_carries(stack: dict | None, fw: dict) -> str | None:
+    """None when the stack carries framework `fw`, else why not (one clause, for the refusal line)."""
+    if not stack:
+        return "the image has no provision stack label, so nothing says it carries " + fw["name"]
+    if stack.get("framework") != fw["stack_framework"]:
+        return f"its stack is a {stack.get('framework') or 'unknown'} stack, {fw['name']} needs {fw['stack_framework']}"
+    extra = (stack.get("extras") or {}).get(fw["stack_extra"])
+    if not isinstance(extra, dict):
+        return f"its stack has no {fw['name']}"
+    kinds = fw.get("extra_kinds")
+    if kinds and extra.get("kind") not in kinds:
+        return f"its stack's framework set is {extra.get('set') or extra.get('kind')}, not {fw['name']}"
+    return None
+
+
+def build_hint(fw: dict, card: str) -> str:
+    return fw["build"].format(card=card)
+
+
+def release(stack: dict | None, fw: dict) -> str | None:
+    """The framework release the stack names (e.g. MindSpeed-LLM 2.3.0), for notes and job.json."""
+    extra = ((stack or {}).get("extras") or {}).get(fw["stack_extra"]) or {}
+    value = extra.get("release") or extra.get("version")
+    return str(value) if value else None
+
+
+def checkout(fw: dict, override: str | None = None) -> str:
+    """Where the framework's scripts are inside the image: the job file's framework_dir, else the recipe's
+    clone directory (images/<recipe>.yaml repos.<repo>.dir), else the matrix default."""
+    if override:
+        return override
+    if fw.get("checkout_repo"):
+        try:
+            from provisioner.image import recipes
+
+            recipe = recipes.load(fw["recipe"])
+            found = (recipe.repos.get(fw["checkout_repo"]) or {}).get("dir")
+            if found:
+                return found
+        except ProvisionError:
+            pass
+    return fw["checkout"]
