@@ -108,6 +108,7 @@ class JobSpec:
     env: tuple[tuple[str, str], ...] = ()
     framework_dir: str | None = None
     wait_timeout: int = 21600  # seconds a node waits for node 0's shared outputs
+    model_config_as_written: str | None = None
     where: dict = field(default_factory=dict, compare=False)  # dotted key -> file:line
 
     def at(self, key: str) -> str:
@@ -119,6 +120,9 @@ class JobSpec:
 
         out = asdict(self)
         out.pop("where")
+        # as written in the job file: job.json and the manifests carry no paths of this machine
+        out["source"] = os.path.basename(self.source)
+        out["model_config"] = out.pop("model_config_as_written")
         out["env"] = dict(self.env)
         out["data"]["map_keys"] = dict(self.data.map_keys)
         if self.grpo:
@@ -236,7 +240,8 @@ def parse(doc, source: str) -> JobSpec:
                              " (the model is mounted read-only)")
     return JobSpec(kind=kind, name=name, model=model, data=data, parallel=parallel, train=train, output=output,
                    source=source, model_config=model_config, grpo=grpo, resume=resume, storage=storage, env=env,
-                   framework_dir=framework_dir, wait_timeout=wait_timeout, where=where)
+                   framework_dir=framework_dir, wait_timeout=wait_timeout,
+                   model_config_as_written=doc.get("model_config"), where=where)
 
 
 # ------------------------------------------------------------------------------------------ helpers

@@ -1,0 +1,113 @@
+"""Fixtures for the framework-job tests: real resolved stacks, model configs, job files.
+
+Stacks come from the shipped matrix (`provision resolve --profile ...`), so the framework rule is checked
+against what `provision build` would write into an image label. The MindSpore stack gets the
+`extras.mindformers` entry that the mindspore recipe's MindSpore Transformers set records (today's
+resolver has no such extra yet; jobs.catalog.stack_carries reads that key).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+FIXTURES = HERE / "fixtures"
+QWEN7B_CONFIG = FIXTURES / "qwen25-7b" / "config.json"
+FAKE = HERE / "fake"
+EXAMPLES = HERE.parents[1] / "examples" / "jobs"
+MINDFORMERS_SET = {"set": "mindformers-1.7.0", "kind": "mindformers", "release": "1.7.0"}
+
+
+@pytest.fixture(scope="session")
+def shipped():
+    from provisioner.matrix import loader
+
+    return loader.load()
+
+
+def _resolve(**options) -> dict:
+    from provisioner.resolve import request
+
+    _, stack = request.stack_for([], options)
+    return stack
+
+
+@pytest.fixture(scope="session")
+def stacks() -> dict:
+    ms = _resolve(profile="mindspore-2.7.1-a2")
+    ms_with_mf = json.loads(json.dumps(ms))
+    ms_with_mf["extras"]["mindformers"] = dict(MINDFORMERS_SET)
+    return {
+        "llm": _resolve(profile="mindspeed-llm-2.3.0-a2"),
+        "rl": _resolve(profile="mindspeed-rl-2.0.0-grpo"),
+        "plain": _resolve(card="800T-A2"),
+        "mindspore": ms,
+        "mindformers": ms_with_mf,
+    }
+
+
+def write_job(folder: Path, text: str, name: str = "job.yaml", config: Path | None = QWEN7B_CONFIG) -> Path:
+    """A job file in `folder`; `model_config: config.json` next to it (a copy of `config`) unless config is None."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    if config is not None:
+        shutil.copyfile(config, folder / "config.json")
+        text = text.rstrip("\n") + "\nmodel_config: config.json\n"
+    path.write_text(text)
+    return path
+
+
+SFT = """\
+kind: mindspeed-llm-sft
+name: qwen25-7b-sft
+model: /models/Qwen2.5-7B
+data: {path: /data/alpaca_data.json, format: alpaca}
+parallel: {tensor: 2, pipeline: 1, data: 2}
+train: {seq_length: 4096, global_batch_size: 64, steps: 2000, save_interval: 500}
+output: /output/qwen25-7b-sft
+"""
+
+
+@pytest.fixture
+def sft_job(tmp_path):
+    """write(overrides text appended to a valid TP2 x DP2 MindSpeed-LLM SFT job) -> loaded JobSpec."""
+    from provisioner.jobs import spec
+
+    def make(text: str = SFT, **kw):
+        return spec.load(str(write_job(tmp_path, text, **kw)))
+
+    return make
+
+
+def tiny_model(folder: Path, *, heads: int = 4, kv_heads: int = 2, layers: int = 2, vocab: int = 151936) -> Path:
+    """A Qwen2-shaped model directory: config.json and the real Qwen tokenizer files (no weights: the fake
+    frameworks read the config and tokenizer only)."""
+    from provisioner.train.tiny import qwen_tokenizer_dir
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in qwen_tokenizer_dir().iterdir():
+        if f.is_file():
+            shutil.copyfile(f, folder / f.name)
+    config = json.loads(QWEN7B_CONFIG.read_text())
+    config.update(hidden_size=64, intermediate_size=128, num_hidden_layers=layers, num_attention_heads=heads,
+                  num_key_value_heads=kv_heads, vocab_size=vocab, max_position_embeddings=1024)
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    return folder
+
+
+def alpaca(path: Path, n: int = 24) -> Path:
+    from provisioner.train.tiny import arithmetic_alpaca
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(arithmetic_alpaca(n)))
+    return path
+
+
+def records(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -1,0 +1,133 @@
+"""Validation up front (JobPlan): chips, model shape, batches, the stack's framework, memory, launch variables."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from provisioner.jobs import memory, model, plan
+from tests.jobs.conftest import QWEN7B_CONFIG, SFT
+
+
+def build(shipped, job, stack, card="800T-A2", chips=4, nnodes=1):
+    return plan.build(shipped, job, card=card, chips_per_node=chips, nnodes=nnodes, stack=stack, image="image img")
+
+
+def refused(shipped, job, stack, **kw) -> str:
+    with pytest.raises(plan.JobRefused) as exc:
+        build(shipped, job, stack, **kw)
+    msg = str(exc.value)
+    assert "\n" not in msg
+    return msg
+
+
+def test_qwen25_7b_shape_and_parameter_count():
+    shape = model.read(str(QWEN7B_CONFIG), "cfg", qkv_bias=True)
+    assert (shape.layers, shape.hidden, shape.ffn, shape.heads, shape.kv_heads, shape.vocab) == (28, 3584, 18944, 28, 4, 152064)
+    # Qwen2.5-7B: 7.62B parameters (the model card's "Number of Parameters: 7.61B" counts 7,615,616,512).
+    assert shape.params() == 7_615_616_512
+    assert shape.qkv_bias and not shape.tied and shape.rope_theta == 1e6 and shape.norm_eps == 1e-6
+
+
+def test_seed_003_tp2_dp2_plan(shipped, stacks, sft_job):
+    p = build(shipped, sft_job(), stacks["llm"])
+    assert [s.id for s in p.steps] == ["convert", "preprocess", "train", "export"]
+    assert p.paths["weights"] == "/output/qwen25-7b-sft/weights/mcore-tp2-pp1"
+    assert p.steps[2].outputs == ("/output/qwen25-7b-sft/provision-job/train.complete",)
+    assert p.release == "2.3.0" and p.checkout == "/opt/MindSpeed-LLM" and p.precision == "bf16"
+    est = p.memory
+    # 3.8B parameters per chip x (6 + 12/2) bytes, activations 34 x 4096 x 3584 / 2 x 28 layers
+    assert est["params_per_chip"] == 7_615_616_512 // 2
+    assert est["parts_mb"]["training_state"] == round(7_615_616_512 / 2 * 12 / 2**20)
+    assert est["parts_mb"]["activations"] == round(34 * 4096 * 3584 / 2 * 28 / 2**20)
+    assert est["fits"] is True and est["total_mb"] < est["hbm_mb"] == 65536
+    assert json.loads(plan.job_json(p))["digest"] == p.digest()
+
+
+def test_parallelism_must_use_the_launch_chips(shipped, stacks, sft_job):
+    msg = refused(shipped, sft_job(), stacks["llm"], chips=8)
+    assert msg.endswith("job.yaml:5: TP2 x PP1 x DP2 uses 4 chips but the launch has 8 (8 chip(s)); make tensor x"
+                        " pipeline x data = 8")
+    msg = refused(shipped, sft_job(), stacks["llm"], chips=8, nnodes=2)
+    assert "uses 4 chips but the launch has 16 (8 chip(s) x 2 nodes)" in msg
+
+
+def test_heads_and_kv_heads_must_split_over_tp(shipped, stacks, sft_job):
+    # 28 heads, 4 KV heads: TP 8 splits neither the query groups nor ... (28 % 8 != 0)
+    job = sft_job(SFT.replace("tensor: 2, pipeline: 1, data: 2", "tensor: 8, pipeline: 1, data: 1"))
+    msg = refused(shipped, job, stacks["llm"], chips=8)
+    assert "tensor parallel 8 does not divide the model's attention heads (28)" in msg
+    assert "tensor parallel 8 does not divide the model's KV heads (query groups) (4)" in msg
+    job = sft_job(SFT.replace("tensor: 2, pipeline: 1, data: 2", "tensor: 1, pipeline: 3, data: 1"))
+    assert "pipeline parallel 3 does not divide the model's 28 layers" in refused(shipped, job, stacks["llm"], chips=3)
+
+
+def test_batches_must_split_over_dp(shipped, stacks, sft_job):
+    job = sft_job(SFT.replace("global_batch_size: 64", "global_batch_size: 63"))
+    assert "global_batch_size 63 must be a multiple of micro_batch_size x data parallel = 2" in refused(
+        shipped, job, stacks["llm"])
+
+
+def test_a_stack_without_the_framework_is_refused_with_the_recipe(shipped, stacks, sft_job):
+    msg = refused(shipped, sft_job(), stacks["plain"])
+    assert msg == ("image img cannot run a mindspeed-llm-sft job: its stack has no MindSpeed-LLM; build an image with"
+                   " MindSpeed-LLM: provision build --card 800T-A2 --recipe mindspeed-llm --with apex")
+    grpo = sft_job(SFT.replace("mindspeed-llm-sft", "mindspeed-rl-grpo").replace("steps: 2000, save_interval: 500",
+                                                                               "steps: 1000, save_interval: 500"))
+    msg = refused(shipped, grpo, stacks["llm"])
+    assert "its stack's framework set is mindspeed-llm-2.3.0, not MindSpeed-RL" in msg
+    assert "provision build --profile mindspeed-rl-2.0.0-grpo --recipe mindspeed-llm" in msg
+    ms = sft_job(SFT.replace("mindspeed-llm-sft", "mindspore-sft"))
+    assert "its stack is a pytorch stack, MindSpore Transformers (mindformers) needs mindspore" in refused(shipped, ms, stacks["llm"])
+    assert "its stack has no MindSpore Transformers" in refused(shipped, ms, stacks["mindspore"])
+    assert "no provision stack label" in refused(shipped, ms, None)
+    assert build(shipped, ms, stacks["mindformers"]).checkout == "/opt/mindformers"
+
+
+def test_a_7b_full_sft_that_cannot_fit_is_refused_with_a_split_that_fits(shipped, stacks, sft_job):
+    job = sft_job(SFT.replace("tensor: 2, pipeline: 1, data: 2", "tensor: 1, pipeline: 1, data: 4"))
+    msg = refused(shipped, job, stacks["llm"])
+    est = memory.estimate(shipped, job, model.read(str(QWEN7B_CONFIG), "x", True), "megatron", "bf16", 65536)
+    assert est["fits"] is False and est["total_mb"] > 65536
+    assert msg.startswith(f"{job.source}:5: a 7.6B mindspeed-llm-sft with TP1 x PP1 x DP4 needs about")
+    assert "more than the 64 GB HBM of a 800T-A2 chip; TP2 x PP1 x DP2 fits (about 57.4 GB per chip)" in msg
+    # recompute does not save the optimizer state: still refused
+    recompute = sft_job(SFT.replace("tensor: 2, pipeline: 1, data: 2", "tensor: 1, pipeline: 1, data: 4")
+                        .replace("save_interval: 500", "save_interval: 500, recompute: full"))
+    assert "needs about" in refused(shipped, recompute, stacks["llm"])
+
+
+def test_a_card_with_less_hbm_refuses_what_an_800t_a2_runs(shipped, stacks, sft_job):
+    # 300T-A2 lists 910B4 (32 GB) among its chips: the estimate is checked against the smallest
+    msg = refused(shipped, sft_job(), stacks["llm"], card="300T-A2")
+    assert "more than the 32 GB HBM of a 300T-A2 chip" in msg
+
+
+def test_launch_variables_of_the_job_file(shipped, stacks, sft_job):
+    job = sft_job(SFT + "env:\n  HCCL_CONECT_TIMEOUT: '1800'\n  HCCL_RDMA_TIMEOUT: '30'\n  HCCL_P2P_DISABLE: '1'\n")
+    msg = refused(shipped, job, stacks["llm"])
+    assert "job.yaml:9: HCCL_CONECT_TIMEOUT is not a known HCCL_* variable; did you mean HCCL_CONNECT_TIMEOUT?" in msg
+    assert "job.yaml:10: HCCL_RDMA_TIMEOUT=30: outside [5, 24]" in msg
+    ok = sft_job(SFT + "env:\n  HCCL_CONNECT_TIMEOUT: '1800'\n  HCCL_P2P_DISABLE: '1'\n  HCCL_WHITELIST_DISABLE: '1'\n")
+    p = build(shipped, ok, stacks["llm"])
+    assert p.env["HCCL_CONNECT_TIMEOUT"] == "1800" and p.env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
+    assert any("HCCL_P2P_DISABLE is documented only for old CANN releases" in n for n in p.notes)
+
+
+def test_grpo_rules_from_mindspeed_rl(shipped, stacks, sft_job):
+    base = SFT.replace("mindspeed-llm-sft", "mindspeed-rl-grpo").replace("tensor: 2, pipeline: 1, data: 2",
+                                                                       "tensor: 4, pipeline: 1, data: 2")
+    job = sft_job(base.replace("steps: 2000, save_interval: 500", "steps: 1000, save_interval: 300")
+                  .replace("seq_length: 4096", "seq_length: 2048").replace("global_batch_size: 64", "global_batch_size: 32"))
+    msg = refused(shipped, job, stacks["rl"], chips=8)
+    assert "save_interval 300 must divide steps 1000 (MindSpeed-RL saves only at multiples of save_interval)" in msg
+    job = sft_job(base.replace("seq_length: 4096", "seq_length: 8192") + "grpo: {infer_tensor_parallel: 3}\n")
+    msg = refused(shipped, job, stacks["rl"], chips=8)
+    assert "infer_tensor_parallel 3 must divide the 8 chips" in msg
+    assert "seq_length 8192 exceeds max_prompt_length + max_response_length = 4096" in msg
+    good = sft_job(base.replace("seq_length: 4096", "seq_length: 2048").replace("steps: 2000, save_interval: 500",
+                                                                               "steps: 800, save_interval: 200"))
+    p = build(shipped, good, stacks["rl"], chips=8)
+    assert p.memory["rollout"]["infer_tensor_parallel"] == 4 and p.memory["fits"]
+    assert p.checkout == "/opt/MindSpeed-RL" and p.spec.grpo.n_samples_per_prompt == 8
