@@ -1,0 +1,112 @@
+#!/bin/bash
+# provision job qwen25-7b-grpo: step train - Ray cluster + cli/train_grpo.py on the head
+# Rendered by provision from templates/jobs/mindspeed-rl-grpo/train.sh.j2; run.sh runs it on every node
+# (NODE_RANK), and so can you, by hand, inside the job's container.
+set -euo pipefail
+NODE_RANK="${NODE_RANK:-0}"
+# The CANN and NNAL environment, when the image's entrypoint has not set it (a login shell, KubeRay's ray start).
+if [ -z "${ASCEND_HOME_PATH:-}${ASCEND_TOOLKIT_HOME:-}" ]; then
+  set +u
+  for f in /usr/local/Ascend/ascend-toolkit/set_env.sh /usr/local/Ascend/cann/set_env.sh /usr/local/Ascend/nnal/atb/set_env.sh; do
+    if [ -f "$f" ]; then source "$f"; fi
+  done
+  set -u
+fi
+# Outputs appear only when a step is complete: write into <path>.partial, then move it into place.
+publish() { rm -rf "$2"; mv "$1" "$2"; }
+cd /opt/MindSpeed-RL
+# The framework's packages import from its checkout (cli/, research/ scripts run from subfolders).
+export PYTHONPATH=/opt/MindSpeed-RL"${PYTHONPATH:+:$PYTHONPATH}"
+# GRPO on a Ray cluster, after MindSpeed-RL's examples/grpo/grpo_trainer_qwen25_7b.sh: node 0 starts the
+# Ray head, waits until every node's NPUs have joined, then runs cli/train_grpo.py (the Ray driver); the
+# other nodes join the head and stay until training is complete. Under KubeRay (RAY_ADDRESS set) the
+# cluster exists already and this runs on the head only.
+save=/output/qwen25-7b-grpo/checkpoints/tp4-pp1
+tracker="$save/latest_checkpointed_iteration.txt"
+marker=/output/qwen25-7b-grpo/provision-job/train.complete
+nodes=1
+npus_per_node=8
+head="${MASTER_ADDR:-localhost}:6379"
+ip_args=()
+if [ -n "${HCCL_IF_IP:-}" ]; then ip_args=(--node-ip-address "$HCCL_IF_IP"); fi
+# Ray frees memory reliably with jemalloc (MindSpeed-RL install guide): preload it when the image has it.
+for lib in "/usr/lib/$(uname -m)-linux-gnu/libjemalloc.so.2" /usr/lib64/libjemalloc.so.2 /usr/local/lib/libjemalloc.so.2; do
+  if [ -f "$lib" ]; then export LD_PRELOAD="$lib${LD_PRELOAD:+ $LD_PRELOAD}"; break; fi
+done
+
+cluster_npus() {
+  python - <<'PY' 2>/dev/null
+import ray
+ray.init(address="auto", logging_level="ERROR")
+print(int(sum(n["Resources"].get("NPU", 0) for n in ray.nodes() if n.get("Alive"))))
+PY
+}
+
+if [ "$NODE_RANK" != 0 ] && [ -z "${RAY_ADDRESS:-}" ]; then
+  # A worker node: join the head (it may not be up yet), then stay until the head finishes.
+  for try in $(seq 1 120); do
+    if ray start --address="$head" --resources="{\"NPU\": $npus_per_node}" "${ip_args[@]}"; then break; fi
+    if [ "$try" = 120 ]; then echo "[provision-job] could not join the Ray head at $head" >&2; exit 1; fi
+    sleep 5
+  done
+  echo "[provision-job] joined the Ray cluster at $head with $npus_per_node NPUs"
+  lost=0
+  until [ -e "$marker" ]; do
+    sleep 10
+    if ray status --address="$head" >/dev/null 2>&1; then lost=0; else lost=$((lost + 1)); fi
+    if [ "$lost" -ge 6 ] && [ ! -e "$marker" ]; then
+      echo "[provision-job] the Ray head at $head is gone and training did not complete" >&2
+      ray stop --force >/dev/null 2>&1 || true
+      exit 1
+    fi
+  done
+  ray stop >/dev/null 2>&1 || true
+  exit 0
+fi
+
+started=0
+if [ -z "${RAY_ADDRESS:-}" ]; then
+  ray stop --force >/dev/null 2>&1 || true
+  ray start --head --port=6379 --dashboard-host=0.0.0.0 --dashboard-port=8265 \
+      --resources="{\"NPU\": $npus_per_node}" "${ip_args[@]}"
+  started=1
+  trap 'ray stop >/dev/null 2>&1 || true' EXIT
+fi
+want=$((nodes * npus_per_node))
+for try in $(seq 1 360); do
+  have_npus="$(cluster_npus || echo 0)"
+  if [ "${have_npus:-0}" -ge "$want" ]; then break; fi
+  if [ "$try" = 360 ]; then echo "[provision-job] only $have_npus of $want NPUs joined the Ray cluster" >&2; exit 1; fi
+  echo "[provision-job] waiting for the Ray cluster: $have_npus of $want NPUs"
+  sleep 5
+done
+echo "[provision-job] Ray cluster ready: $want NPUs on $nodes node(s)"
+
+overrides=()
+if [ -f "$tracker" ]; then
+  # MindSpeed-RL resumes through Megatron: the last checkpoint brings the iteration, optimizer and RNG.
+  echo "[provision-job] resuming GRPO from iteration $(cat "$tracker") of 800"
+  overrides=(actor_config.load="$save" actor_config.finetune=false actor_config.no_load_optim=false
+             actor_config.no_load_rng=false)
+fi
+mkdir -p "$save"
+python cli/train_grpo.py \
+    --config-path /output/qwen25-7b-grpo/provision-job/configs \
+    --config-name grpo \
+    hydra.run.dir=/output/qwen25-7b-grpo/provision-job/hydra/train \
+    "${overrides[@]}"
+# Training is complete when Megatron's tracker names the last iteration (node 0 always sees it; other
+# nodes do with shared storage). Then the step's output marker is written.
+if [ -f "$tracker" ]; then
+  it="$(cat "$tracker")"
+  if [ "$it" != "800" ]; then
+    echo "[provision-job] training stopped at iteration $it of 800 (checkpoints: $save)" >&2
+    exit 1
+  fi
+elif [ "$NODE_RANK" = 0 ]; then
+  echo "[provision-job] no $tracker after training: nothing was saved" >&2
+  exit 1
+fi
+marker=/output/qwen25-7b-grpo/provision-job/train.complete
+echo "800" > "$marker.node$NODE_RANK"
+mv -f "$marker.node$NODE_RANK" "$marker"
