@@ -28,9 +28,10 @@ from provisioner.launch import torchrun
 
 SCHEMA = "provision.launch-job/1"
 JOB_LABEL = "org.provision.job"
-MARK = re.compile(r"^\[provision-job\] step (?P<id>[\w-]+): (?P<what>skip|start|ok|failed on node 0|failed|waiting"
-                  r"|done on node 0|node 0 did not)")
-_STATUS = {"skip": "skipped", "start": "running", "ok": "ok", "failed": "failed", "waiting": "waiting",
+MARK = re.compile(r"^\[provision-job\] step (?P<id>[\w-]+): (?P<what>skip|start|ok|failed on node 0|failed|stopped"
+                  r"|waiting|done on node 0|node 0 did not)")
+_STATUS = {"skip": "skipped", "start": "running", "ok": "ok", "failed": "failed", "stopped": "interrupted",
+           "waiting": "waiting",
            "done on node 0": "done-on-node-0", "failed on node 0": "failed-on-node-0", "node 0 did not": "timed-out"}
 
 

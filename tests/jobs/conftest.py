@@ -111,3 +111,72 @@ def records(path: Path) -> list[dict]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+# -- images for the docker tests ----------------------------------------------------------------------
+
+STACK_LABEL = "org.provision.stack"
+
+
+def _context(tmp: Path, checkout: str, target: str) -> Path:
+    """A build context with the fake checkout at `target` (plus fakelib.py inside it)."""
+    dest = tmp / target
+    shutil.copytree(FAKE / checkout, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copyfile(FAKE / "fakelib.py", dest / "fakelib.py")
+    return tmp
+
+
+def _build(client, context: Path, dockerfile: str, tag: str, labels: dict, buildargs: dict | None = None) -> str:
+    import docker
+
+    try:
+        client.images.build(path=str(context), dockerfile=dockerfile, tag=tag, labels=labels, rm=True,
+                            network_mode="host", buildargs=buildargs or {})
+    except docker.errors.BuildError as exc:
+        log = "".join(str(c.get("stream", c.get("error", ""))) for c in exc.build_log)
+        pytest.fail(f"building {tag} failed: {exc}\n{log[-4000:]}")
+    return tag
+
+
+@pytest.fixture(scope="session")
+def fake_llm_image(docker_client, provision_image, shipped, tmp_path_factory) -> str:
+    """The test image (torch CPU + provision) with the fake MindSpeed-LLM checkout at the recipe's place and a
+    stack label that names the MindSpeed-LLM 2.3.0 set, as `provision build --recipe mindspeed-llm` would."""
+    stack = json.loads(docker_client.images.get(provision_image).labels[STACK_LABEL])
+    row = next(r for r in shipped.rows("llm_bundles") if r["id"] == "mindspeed-llm-2.3.0")
+    stack["extras"]["mindspeed_llm"] = {"set": row["id"], "kind": row["kind"], "release": row["release"],
+                                        "mindspeed": row["mindspeed_ref"], "megatron": row["megatron_ref"],
+                                        "mindspeed_llm": row["mindspeed_llm_ref"], "mindspeed_rl": None}
+    ctx = _context(tmp_path_factory.mktemp("fake-llm"), "mindspeed-llm", "MindSpeed-LLM")
+    (ctx / "Dockerfile").write_text(f"FROM {provision_image}\nCOPY MindSpeed-LLM /opt/MindSpeed-LLM\n")
+    return _build(docker_client, ctx, "Dockerfile", "provision-jobs-test/fake-mindspeed-llm:latest",
+                  {STACK_LABEL: json.dumps(stack, separators=(",", ":"))})
+
+
+@pytest.fixture(scope="session")
+def ray_image(docker_client, base_image, stacks, tmp_path_factory) -> str:
+    """The local base + Ray from the index + the fake MindSpeed-RL checkout, labelled with the resolved
+    MindSpeed-RL 2.0.0 GRPO stack."""
+    from tests.helpers.engine import trusted_ca_file
+
+    ctx = _context(tmp_path_factory.mktemp("ray"), "mindspeed-rl", "MindSpeed-RL")
+    for name in ("Dockerfile", "requirements.txt"):
+        shutil.copyfile(HERE / "ray-image" / name, ctx / name)
+    shutil.copyfile(trusted_ca_file(), ctx / "ca.pem")
+    return _build(docker_client, ctx, "Dockerfile", "provision-jobs-test/ray:latest",
+                  {STACK_LABEL: json.dumps(stacks["rl"], separators=(",", ":"))}, {"BASE": base_image})
+
+
+def patched_host(name: str, tmp: Path, stack: dict):
+    """A simulated host (nodes with /dev/null's numbers) whose driver is the one `stack`'s CANN pairs with."""
+    import os
+    import re
+
+    from tests.helpers import hosts
+
+    if os.geteuid() != 0:
+        pytest.fail("simulated hosts need root to mknod device nodes")
+    host = hosts.materialize(name, tmp, null_numbers=True)
+    info = host.root / "usr/local/Ascend/driver/version.info"
+    info.write_text(re.sub(r"(?m)^Version=.*$", f"Version={stack['driver']['paired'][0]}", info.read_text()))
+    return host

@@ -74,7 +74,7 @@ def test_stopped_midway_then_resumed(tmp_path, shipped, stacks):
     text = "".join(lines)
     assert rc == 143, text
     assert "[provision-job] step convert: ok" in text and "[provision-job] step preprocess: ok" in text
-    assert "[provision-job] step train: failed" in text and "step export" not in text
+    assert "[provision-job] step train: stopped" in text and "step export" not in text
     stopped_at = int(tracker.read_text())
     assert 2 <= stopped_at < 6 and not os.path.exists(p.steps[2].outputs[0])
     trainers = [r for r in records(record) if r["script"] == "posttrain_gpt.py"]

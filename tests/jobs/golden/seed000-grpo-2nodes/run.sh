@@ -54,6 +54,8 @@ run_step() {  # id script
   child=0
   if [ "$rc" -eq 0 ]; then
     say "step $id: ok ($((SECONDS - start)) s)"
+  elif [ "$stopping" = 1 ]; then
+    say "step $id: stopped (exit $rc); run the job again to resume"
   else
     say "step $id: failed (exit $rc)"
     [ "$NODE_RANK" = 0 ] && echo "$rc" > "$JOB_DIR/status/$id.failed"
