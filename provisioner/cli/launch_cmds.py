@@ -54,6 +54,10 @@ def launch_cmd(overlays, as_json, image, check, check_only, module, script, exec
     --module M / --script PATH: torchrun starts that instead, with ARGS.
     --exec: ARGS are the whole command, without torchrun (-- python my.py).
 
+    --job FILE runs a framework job instead (MindSpeed-LLM SFT, MindSpeed-RL GRPO
+    on Ray, MindSpore Transformers SFT): every step in one container, steps whose
+    outputs exist are skipped, training resumes from its checkpoints (docs/jobs.md).
+
     One worker per selected chip; HCCL time-outs and the rendezvous variables
     come from the device plan. Output lines carry the worker's rank
     ([rank3]:). Ctrl-C or SIGTERM stops and removes the container (exit 130 /

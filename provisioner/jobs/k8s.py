@@ -167,7 +167,9 @@ def volcano_job(jplan, dplan: DevicePlan, image: str, meta: dict, labels: dict, 
 
 def rayjob(jplan, dplan: DevicePlan, image: str, meta: dict, labels: dict, volumes, mounts, boot: list[str]) -> dict:
     npu = json.dumps({"NPU": len(dplan.chips)})
-    start = {"dashboard-host": "0.0.0.0", "resources": f"'{npu}'"}  # KubeRay's own quoting for custom resources
+    # KubeRay's own quoting for custom resources; it opens the dashboard to the pod network itself
+    # (ray-operator/controllers/ray/common/pod.go sets dashboard-host when absent).
+    start = {"resources": f"'{npu}'"}
     head = _job_pod(jplan, dplan, image, labels, "", "", [], volumes, mounts, "ray-head", RENDEZVOUS)
     head["spec"]["containers"][0].pop("args")  # KubeRay writes the ray start command
     workers = []
