@@ -15,8 +15,8 @@ from pathlib import Path
 
 from provisioner.errors import ProvisionError
 
-NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-NAME_MAX = 40  # leaves room for the suffixes Kubernetes objects get (-worker-0, -head-...)
+NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")  # a DNS-1035 label, as KubeRay wants a RayJob name
+NAME_MAX = 40  # leaves room for the suffixes Kubernetes objects get (-worker-0, -job, KubeRay's -xxxxx)
 # A path that is safe in a shell word, a YAML scalar and a Kubernetes hostPath: no spaces, quotes,
 # globs, variables or `..`.
 SAFE_PATH = re.compile(r"^/[A-Za-z0-9._+@=,/-]*$")
@@ -157,8 +157,8 @@ def parse(doc, source: str) -> JobSpec:
     kind = _text(doc, "kind", where)
     name = _text(doc, "name", where)
     if not NAME.match(name) or len(name) > NAME_MAX:
-        raise ProvisionError(f"{where['name']}: name {name!r}: use lower-case letters, digits and '-',"
-                             f" at most {NAME_MAX} characters (it names containers and Kubernetes objects)")
+        raise ProvisionError(f"{where['name']}: name {name!r}: use lower-case letters, digits and '-', starting with"
+                             f" a letter, at most {NAME_MAX} characters (it names containers and Kubernetes objects)")
     model = _path(doc, "model", where)
     output = _path(doc, "output", where)
     model_config = None

@@ -127,3 +127,43 @@ def test_refusals_are_one_line_and_exit_2(fake_llm_image, provision_image, tmp_p
     msg = refused(_argv(host, fake_llm_image, job, devices="0-1"))
     assert "TP2 x PP1 x DP2 uses 4 chips but the launch has 2" in msg
     assert not (tmp_path / "out").exists()  # nothing half-written
+
+
+def test_sft_job_across_two_nodes_with_torchrun(fake_llm_image, tmp_path, docker_client, job_label):
+    """TP2 x DP2 over two "nodes" (two containers, 2 chips each, one Docker network): node 0 prepares,
+    node 1 waits for the shared outputs, both join torchrun's rendezvous at node 0 for training."""
+    import threading
+    import uuid
+
+    label = json.loads(docker_client.images.get(fake_llm_image).labels["org.provision.stack"])
+    job = _job(tmp_path, steps=2)
+    record = tmp_path / "out" / "calls.jsonl"
+    net = docker_client.networks.create(f"provision-jobs-test-{uuid.uuid4().hex[:8]}", driver="bridge")
+    head = f"provision-jobs-test-sft-{uuid.uuid4().hex[:6]}"
+    results: dict[int, subprocess.CompletedProcess] = {}
+
+    def node(rank: int) -> None:
+        host = patched_host("plan-300ta2-4", tmp_path / f"host{rank}", label)
+        argv = _argv(host, fake_llm_image, job, "--nnodes", "2", "--node-rank", str(rank), "--master-addr", head,
+                     "--network", net.name, "--name", head if rank == 0 else f"{head}-node1",
+                     "-e", f"FAKE_RECORD={record}", *job_label, "--json", devices="0-1" if rank == 0 else "2-3")
+        results[rank] = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+
+    try:
+        threads = [threading.Thread(target=node, args=(r,)) for r in (0, 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=660)
+    finally:
+        net.remove()
+    for rank in (0, 1):
+        assert results[rank].returncode == 0, f"node {rank}:\n{results[rank].stderr[-4000:]}"
+    docs = {r: json.loads(results[r].stdout) for r in (0, 1)}
+    assert [s["status"] for s in docs[0]["steps"]] == ["ok", "ok", "ok", "ok"]
+    node1 = {s["id"]: s["status"] for s in docs[1]["steps"]}
+    assert node1.pop("train") == "ok" and set(node1.values()) <= {"done-on-node-0", "skipped"}
+    ranks = [r for r in records(record) if r["script"] == "posttrain_gpt.py"]
+    assert sorted(r["rank"] for r in ranks) == [0, 1, 2, 3] and {r["world"] for r in ranks} == {4}
+    assert {r["env"]["MASTER_ADDR"] for r in ranks} == {head} and {r["env"]["NNODES"] for r in ranks} == {"2"}
+    assert [c["script"] for c in records(record)].count("preprocess_data.py") == 1  # node 0 only
