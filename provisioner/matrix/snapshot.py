@@ -56,6 +56,7 @@ class Facts:
     image_sources: dict = field(default_factory=dict)
     extracts: dict = field(default_factory=dict)
     stats: dict = field(default_factory=dict)
+    registry_tags: set | None = None  # a registry's own tag list (verify --image-tags)
 
     def releases(self, project: str) -> dict[str, list[Wheel]]:
         return self.projects.get(project, {})
@@ -104,7 +105,7 @@ def _read_json(name: str, what: str) -> dict:
     return data
 
 
-def load(online_index=None) -> Facts:
+def load(online_index=None, progress=None) -> Facts:
     """Facts from the recorded snapshots; with `online_index` (a pypi.Index) the
     index part is read live instead."""
     images = _read_json("cann-images.json", "CANN image tag list")
@@ -120,7 +121,7 @@ def load(online_index=None) -> Facts:
                 for version, files in releases.items()
             }
     else:
-        facts = read_index(online_index)
+        facts = read_index(online_index, progress=progress)
     facts.listed_tags = set(images["listed"]["tags"])
     facts.scanned_tags = set(images["scanned"]["tags"])
     facts.image_sources = {k: images[k]["source"] for k in ("listed", "scanned")}

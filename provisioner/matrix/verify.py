@@ -295,6 +295,10 @@ class Verifier:
             for tag in row["tags"]:
                 full = f"{row['cann']}-{tag}"
                 subject = f"image {full}"
+                if self.f.registry_tags is not None:
+                    there = full in self.f.registry_tags
+                    self.add("image", subject, "in registry", True, there, "the registry tag list given with"
+                             " --image-tags", row["_at"], ok=there)
                 in_list = full in self.f.listed_tags
                 if listed:
                     self.add("image", subject, "listed", True, in_list,
