@@ -35,7 +35,6 @@ ID = re.compile(r"[A-Z][A-Z0-9-]*")
 URL = re.compile(r"https?://\S+")
 PATH = re.compile(r"[\w.-]+/[\w./<>-]+|\b[\w-]+\.(?:md|toml|ya?ml|py|txt|go|json|html|js|sh|cpp|h)\b")
 UNIDENTIFIED = re.compile(r"source not identified|unidentified", re.I)
-MINORS = [f"3.{n}" for n in range(5, 21)]
 
 
 @dataclass
@@ -83,19 +82,25 @@ def _key(text: str):
 
 
 def _minors(rng: str | None) -> set[str]:
+    """The Python minor versions a range covers ("3.9-3.11" -> {"3.9", "3.10", "3.11"})."""
     if not rng:
         return set()
     r = PyRange(rng)
-    return {m for m in MINORS if m in r}
+    if r.lo[0] != r.hi[0]:
+        raise ValueError(f"Python range {rng!r} spans major versions")
+    return {f"{r.lo[0]}.{n}" for n in range(r.lo[1], r.hi[1] + 1)}
 
 
 def _range_text(minors) -> str:
+    """{"3.9", "3.10", "3.11"} -> "3.9-3.11"; a set with gaps is listed."""
     items = sort_versions(minors)
     if not items:
         return "none"
-    full = [m for m in MINORS if V(items[0]) <= V(m) <= V(items[-1])]
     text = f"{items[0]}-{items[-1]}" if len(items) > 1 else items[0]
-    return text if len(full) == len(items) else ", ".join(items)
+    try:
+        return text if _minors(text) == set(items) else ", ".join(items)
+    except (ValueError, VersionError):  # "py3" wheels, or a set across major versions
+        return ", ".join(items)
 
 
 def _tags_summary(wheels) -> str:
