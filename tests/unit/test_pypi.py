@@ -13,7 +13,11 @@ import pytest
 from provisioner.matrix import pypi, snapshot
 from tests.helpers.index_server import IndexServer, make_wheel
 
-TORCH_WHEEL_DIR = Path("/opt/wheels")
+
+def _torch_wheels() -> list[Path]:
+    """A real CPU torch wheel: the test wheelhouse (make test) or pip's find-links."""
+    dirs = [os.environ.get("PROVISION_TEST_WHEELHOUSE", ""), *os.environ.get("PIP_FIND_LINKS", "").split()]
+    return sorted(p for d in dirs if d and Path(d).is_dir() for p in Path(d).glob("torch-*.whl"))
 
 
 @pytest.mark.parametrize("filename, pythons, arch", [
@@ -147,10 +151,10 @@ def test_missing_project_is_empty(wheels):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not any(TORCH_WHEEL_DIR.glob("torch-*.whl")), reason="no local torch wheel")
+@pytest.mark.skipif(not _torch_wheels(), reason="no local torch wheel")
 def test_a_real_torch_wheel_by_ranges(tmp_path):
     """The real CPU torch wheel (hundreds of MB): its metadata costs a few hundred kB."""
-    wheel = sorted(TORCH_WHEEL_DIR.glob("torch-*.whl"))[0]
+    wheel = _torch_wheels()[0]
     link = tmp_path / wheel.name
     os.symlink(wheel, link)
     with IndexServer({"torch": [link]}) as srv:
