@@ -23,7 +23,7 @@ def resolve_cmd(overlays, as_json, **kwargs):
     Impossible requests are refused (exit code 2) with the reasons and the
     nearest valid stacks.
     """
-    from provisioner.resolve.request import stack_for
+    from provisioner.resolve.cached import stack_for
 
     options = pop_resolve(kwargs)
     try:
@@ -75,17 +75,17 @@ def relaxed_label(alt: dict) -> str:
 
 
 def _fixed_by(options: dict) -> dict | None:
-    from provisioner.matrix import loader as matrix
+    from provisioner.matrix import loader
     from provisioner.resolve import request
-    from provisioner.resolve import solve as resolve
+    from provisioner.resolve.cached import cached_resolve
 
-    m = matrix.load()
+    m = loader.load()
     prof = m.profile(options["profile"])
     if not prof.get("fixed_by"):
         return None
     req = request.build(m, profile=prof["fixed_by"], arch=options.get("arch"))
     try:
-        return resolve.resolve(m, req)
+        return cached_resolve(m, req)
     except ResolveError:
         return None
 

@@ -470,7 +470,7 @@ def _check_range(name: str, value: str, bounds: str) -> None:
 
 
 def _check_stack(matrix, stack: dict, family: dict, host_driver: str | None, notes, refusals) -> dict:
-    from provisioner.resolve import solve as resolve
+    from provisioner.resolve import driverfit
 
     sid = stack.get("id", "?")
     chip = (stack.get("chip") or {}).get("family")
@@ -481,16 +481,16 @@ def _check_stack(matrix, stack: dict, family: dict, host_driver: str | None, not
     if not cann:
         notes.append(f"image stack {sid} names no CANN version; driver check skipped")
         return summary
-    row = matrix.cann(cann)
+    row, fit_matrix = driverfit.stack_row(matrix, stack)
     if row is None:
         notes.append(f"CANN {cann} of image stack {sid} is not in the matrix; driver check skipped")
         return summary
     if not host_driver:
         notes.append("host driver version unknown (no driver/version.info); driver check skipped")
         return summary
-    fit = resolve.driver_fit(host_driver, row, matrix)
+    fit = driverfit.driver_fit(host_driver, row, fit_matrix)
     summary["driver_fit"] = fit
-    needs = (stack.get("driver") or {}).get("summary") or resolve.hdk_summary(row)
+    needs = (stack.get("driver") or {}).get("summary") or driverfit.needs(fit_matrix, row)[0]
     if fit == "no":
         refusals.append(f"image stack {sid} has CANN {cann}, which needs HDK driver {needs}; this host has {host_driver}")
     elif fit == "newer":

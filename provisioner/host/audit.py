@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from provisioner.host.findings import Finding, counts, error, exit_code, info, ordered, run_checks, warning
-from provisioner.matrix.versions import Spec, V, VersionError, any_match, is_patch_of
+from provisioner.matrix.versions import Spec, V, VersionError, any_match
 
 SCHEMA = "provision.audit/1"
 MODES = ("runtime", "devices", "cdi")
@@ -113,60 +113,8 @@ def _chip_label(chips: list[dict], host_chips: list[dict] | None = None) -> str:
 # ------------------------------------------------------------ driver fit
 
 
-def _exact_listed(row: dict) -> list[str]:
-    out = []
-    for item in [*row.get("hdk_paired", []), *row.get("hdk_compatible", [])]:
-        if any(ch in item for ch in "*<>=") or ".." in item:
-            continue
-        out.append(item)
-    return out
-
-
-def _lowest(row: dict) -> V | None:
-    lows = []
-    for item in [*row.get("hdk_paired", []), *row.get("hdk_compatible", [])]:
-        text = item.split("..")[0].rstrip("*").rstrip(".").lstrip("<>=")
-        try:
-            lows.append(V(text))
-        except VersionError:
-            continue
-    return min(lows) if lows else None
-
-
-def driver_verdict(driver: str, cann_row: dict, matrix) -> tuple[str, str]:
-    """How a host driver fits a CANN row: (verdict, detail).
-
-    verdict: ok | patch (a patch build of a listed HDK) | newer | unknown |
-    unlisted (same release line as a listed HDK, later build) | too-old | mismatch.
-    Wraps resolve.driver_fit, which knows the matrix's rules, and refines its "no".
-    """
-    from provisioner.resolve.solve import driver_fit, hdk_row
-
-    fit = driver_fit(driver, cann_row, matrix)
-    row = hdk_row(matrix, cann_row)[0] if matrix is not None else cann_row
-    d = V(driver)
-    listed = []
-    for item in _exact_listed(row):
-        try:
-            listed.append(V(item))
-        except VersionError:
-            continue
-    if fit == "ok":
-        base = next((lv for lv in listed if is_patch_of(d, lv)), None)
-        return ("patch", f"a patch build of the listed {base}") if base and d not in listed else ("ok", "")
-    if fit != "no":
-        return fit, ""
-    same_line = [lv for lv in listed if lv.release[:2] == d.release[:2] and d > lv]
-    if same_line:
-        return "unlisted", f"a later build of the {d.release[0]}.{d.release[1]} line ({max(same_line)} is listed)"
-    low = _lowest(row)
-    if low is not None and d < low:
-        return "too-old", f"older than every listed HDK (lowest {low})"
-    return "mismatch", "between the listed HDK versions"
-
-
 def _fit_findings(prefix: str, driver: str, cann: str, row: dict, matrix, what: str, card_hint: str) -> list[Finding]:
-    from provisioner.resolve.solve import hdk_row, hdk_summary
+    from provisioner.resolve.driverfit import driver_verdict, hdk_row, hdk_summary
 
     try:
         verdict, detail = driver_verdict(driver, row, matrix)
@@ -708,8 +656,7 @@ def _host_card(ctx: AuditContext) -> str | None:
 def recommend(ctx: AuditContext, stack: dict | None = None) -> dict:
     """The stack the matrix would pick for this host (card, driver, arch), or why there is none."""
     from provisioner.errors import ProvisionError
-    from provisioner.matrix import cache
-    from provisioner.resolve import request
+    from provisioner.resolve import cached, request
 
     card = _host_card(ctx)
     if card is None:
@@ -719,7 +666,7 @@ def recommend(ctx: AuditContext, stack: dict | None = None) -> dict:
         options["framework"] = stack["framework"]
     try:
         req = request.build(ctx.matrix, **options)
-        return {"stack": cache.cached_resolve(ctx.matrix, req), "reason": None, "request": options}
+        return {"stack": cached.cached_resolve(ctx.matrix, req), "reason": None, "request": options}
     except ProvisionError as exc:
         return {"stack": None, "reason": str(exc), "request": options}
 

@@ -22,6 +22,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from provisioner.arch import normalize as normalize_arch
 from provisioner.host import hostfs, npusmi
 
 SCHEMA = "provision.host/1"
@@ -33,7 +34,6 @@ RUNTIME_LIST = "/etc/ascend-docker-runtime.d/base.list"
 DAEMON_JSON = "/etc/docker/daemon.json"
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
 DOCKER_BINS = ("/usr/bin/docker", "/usr/local/bin/docker", "/usr/bin/dockerd", "/usr/local/bin/dockerd")
-_ARCH = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
 _DEVICE = re.compile(r"^(v?davinci\d+|davinci_manager(_docker)?|devmm_svm|hisi_hdc|dvpp_cmdlist|uburma|ummu)$")
 _CFG = re.compile(r"^(\w+?)_(running|upgrade|installed)_version=\[(?:[^:\]]*:)?([^\]]*)\]")
 
@@ -99,7 +99,7 @@ def system_facts(root: Path, is_live: bool) -> dict:
     if m:
         mem_mb = int(m.group(1)) // 1024
     return {
-        "arch": _ARCH.get(arch.lower(), arch or None),
+        "arch": normalize_arch(arch) or arch or None,
         "kernel": kernel or None,
         "os": {
             "id": osr.get("ID"),

@@ -64,14 +64,18 @@ def _label(path: str) -> str:
 
 
 # Code whose behaviour a cached matrix or a cached resolution depends on: every
-# module of the matrix and resolve packages (whatever files they hold).
-_CODE_PACKAGES = ("matrix", "resolve")
+# module of the matrix and resolve packages and the package's top-level modules
+# (errors, paths, arch, ...: the base any package may import). The layering rule
+# (tests/unit/test_architecture.py) keeps matrix/ and resolve/ from importing any
+# other package, so these files are all the code a resolution runs.
+CODE_PACKAGES = ("matrix", "resolve")
 
 
-def _code_files() -> list[str]:
+def code_files() -> list[str]:
+    """The .py files the cache fingerprint covers (see CODE_PACKAGES)."""
     top = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
-    files = []
-    for pkg in _CODE_PACKAGES:
+    files = sorted(os.path.join(top, n) for n in os.listdir(top) if n.endswith(".py"))
+    for pkg in CODE_PACKAGES:
         d = os.path.join(top, pkg)
         files += sorted(os.path.join(d, n) for n in os.listdir(d) if n.endswith(".py"))
     return files
@@ -79,9 +83,9 @@ def _code_files() -> list[str]:
 
 def fingerprint(layers) -> str:
     parts = []
-    for path in _code_files():
+    for path in code_files():
         st = os.stat(path)
-        parts.append(f"{os.path.basename(path)}:{st.st_mtime_ns}:{st.st_size}")
+        parts.append(f"{path}:{st.st_mtime_ns}:{st.st_size}")
     for _, files in layers:
         for f in files:
             st = os.stat(f)

@@ -10,16 +10,9 @@ from __future__ import annotations
 import hashlib
 import json
 
-from provisioner.resolve.solve import (
-    Context,
-    _bundles_for,
-    _pyr,
-    _v,
-    driver_fit,
-    hdk_row,
-    hdk_summary,
-    penalties,
-)
+from provisioner.matrix.versions import parse, py_range
+from provisioner.resolve.candidates import Context, bundles_for, penalties
+from provisioner.resolve.driverfit import driver_fit, hdk_row, hdk_summary
 
 SCHEMA = "provision.stack/1"
 
@@ -58,6 +51,7 @@ def _dtype(ctx: Context) -> tuple[dict, str | None]:
 
 
 def make_stack(ctx: Context, cand: dict, via_alias: str | None) -> dict:
+    """The Stack of a chosen candidate: the choices, `explain` (why each), `sources`, `warnings` and `id`."""
     m, req, card, fam = ctx.m, ctx.req, ctx.card, ctx.family
     base = ctx.base()
     explain: dict[str, str] = {}
@@ -137,10 +131,10 @@ def make_stack(ctx: Context, cand: dict, via_alias: str | None) -> dict:
             explain["deepspeed"] = f"{row['requirement']}: {row.get('notes', '').split(';')[0]}".strip()
             sources["deepspeed"] = _refs(m, row.get("source"))
         if "mindspeed-llm" in req.extras:
-            bundles = _bundles_for(ctx, cand)
+            bundles = bundles_for(ctx, cand)
             bundle = max(bundles, key=lambda b: (b.get("status") != "preview",
-                                                 any(_v(c) == _v(cand["cann"]) for c in b.get("cann", [])),
-                                                 _v(b.get("release") or "0").key))
+                                                 any(parse(c) == parse(cand["cann"]) for c in b.get("cann", [])),
+                                                 parse(b.get("release") or "0").key))
             extras["mindspeed_llm"] = {
                 "set": bundle["id"],
                 "kind": bundle["kind"],
@@ -165,7 +159,7 @@ def make_stack(ctx: Context, cand: dict, via_alias: str | None) -> dict:
     explain["cann"] = f"{cand['cann']}: " + ("as requested; " if req.cann else "") + cann_reason
     sources["cann"] = _refs(m, cann_row.get("source"))
 
-    pythons = sorted({c["python"] for c in same_stack if c["os"] == cand["os"]}, key=lambda p: _v(p).key)
+    pythons = sorted({c["python"] for c in same_stack if c["os"] == cand["os"]}, key=lambda p: parse(p).key)
     explain["python"] = _choice_reason(ctx, cand, "python", req.python, pythons,
                                        "the only Python every part supports with an official image"
                                        if len(pythons) == 1 else f"first in the preference order (the official images default to {m.policy['python_preference'][0]})")
@@ -210,7 +204,7 @@ def make_stack(ctx: Context, cand: dict, via_alias: str | None) -> dict:
         notes.append(dtype_note)
     if cann_row.get("notes") and "disagree" in cann_row["notes"]:
         notes.append(f"CANN {cann_row['version']}: {cann_row['notes']}")
-    if cand["framework"] == "pytorch" and cand["wheel"].get("python") and cand["python"] not in _pyr(cand["wheel"]["python"]):
+    if cand["framework"] == "pytorch" and cand["wheel"].get("python") and cand["python"] not in py_range(cand["wheel"]["python"]):
         warnings.append("python outside the wheel's range")  # cannot happen: candidates are filtered
 
     stack = {

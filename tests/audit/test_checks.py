@@ -10,8 +10,7 @@ from provisioner.errors import ProvisionError
 from provisioner.host import audit, findings
 from provisioner.host import probe as host
 from provisioner.image import labels as image_labels
-from provisioner.matrix import cache
-from provisioner.resolve import request
+from provisioner.resolve import cached, driverfit, request
 
 
 @pytest.mark.parametrize("driver, cann, verdict", [
@@ -28,7 +27,7 @@ from provisioner.resolve import request
     ("25.2.1", "8.5.0", "ok"),              # 25.2.* compatible
 ])
 def test_driver_verdict(matrix, driver, cann, verdict):
-    assert audit.driver_verdict(driver, matrix.cann(cann), matrix)[0] == verdict
+    assert driverfit.driver_verdict(driver, matrix.cann(cann), matrix)[0] == verdict
 
 
 @pytest.mark.parametrize("driver, pairs, ok", [
@@ -136,7 +135,7 @@ def test_device_numbering_checks(matrix):
 
 
 def resolved(matrix, **options):
-    return copy.deepcopy(cache.cached_resolve(matrix, request.build(matrix, **options)))
+    return copy.deepcopy(cached.cached_resolve(matrix, request.build(matrix, **options)))
 
 
 @pytest.fixture
@@ -163,7 +162,7 @@ def test_image_needing_a_newer_driver_gets_a_recommendation(matrix, seed_report)
     assert [f["id"] for f in doc["findings"]] == ["image-driver-too-old", "image-recommendation"]
     assert "provision/test:1 (CANN 9.1.0)" in doc["findings"][0]["message"]
     rec = doc["image"]["recommended"]["stack"]
-    assert audit.driver_verdict("25.0.rc1.1", matrix.cann(rec["cann"]["version"]), matrix)[0] in ("ok", "patch")
+    assert driverfit.driver_verdict("25.0.rc1.1", matrix.cann(rec["cann"]["version"]), matrix)[0] in ("ok", "patch")
     assert doc["findings"][1]["remedy"] == "provision build --card 800T-A2 --driver 25.0.rc1.1 --arch aarch64 --task train --framework pytorch"
     assert rec["base_image"]["ref"] in doc["findings"][1]["message"]
 

@@ -12,8 +12,7 @@ import pytest
 
 from provisioner.cli import main
 from provisioner.host import doctor
-from provisioner.matrix import cache
-from provisioner.resolve import request
+from provisioner.resolve import cached, request
 from tests.helpers import hosts
 
 REPO = Path(__file__).resolve().parents[2]
@@ -112,7 +111,7 @@ def container_tree(tmp_path: Path, stack: dict | None) -> tuple[Path, Path]:
 
 def test_container_tree_with_stack_label(tmp_path, matrix):
     torch = pytest.importorskip("torch")
-    stack = cache.cached_resolve(matrix, request.build(matrix, card="800T-A2", cann="8.2.RC1", arch="aarch64"))
+    stack = cached.cached_resolve(matrix, request.build(matrix, card="800T-A2", cann="8.2.RC1", arch="aarch64"))
     root, dev = container_tree(tmp_path, stack)
     doc = doctor.run(root, dev, env=base_env(), matrix=matrix)
     facts = doc["facts"]

@@ -127,10 +127,9 @@ def test_printed_line_runs_as_printed(fake_host, sleep_image, capsys):
 def test_image_label_stack_needing_a_newer_driver_is_refused(docker_client, fake_host, shipped, capsys):
     import json
 
-    from provisioner.matrix import cache
-    from provisioner.resolve import request
+    from provisioner.resolve import cached, request
 
-    stack = cache.cached_resolve(shipped, request.build(shipped, card="300T-A2", cann="9.1.0"))
+    stack = cached.cached_resolve(shipped, request.build(shipped, card="300T-A2", cann="9.1.0"))
     tag = f"labelled-{uuid.uuid4().hex[:8]}"
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:

@@ -10,14 +10,13 @@ from provisioner.devices import enginefacts
 from provisioner.devices import plan as devices
 from provisioner.devices.plan import MultiNode, PlanRefused
 from provisioner.errors import MatrixError, ProvisionError
-from provisioner.matrix import cache
-from provisioner.resolve import request
+from provisioner.resolve import cached, request
 from tests.devices.test_enginefacts import inspect
 from tests.helpers import hosts
 
 
 def stack(shipped, card, cann):
-    return cache.cached_resolve(shipped, request.build(shipped, card=card, cann=cann))
+    return cached.cached_resolve(shipped, request.build(shipped, card=card, cann=cann))
 
 
 def names(plan):

@@ -188,13 +188,12 @@ def test_trusted_ca_leaves_no_trace_in_the_image(docker_client, provision_image)
 
 def test_code_only_change_rebuilds_only_the_project_layer(base_image, wheelhouse, provision_image, tmp_path):
     from provisioner.image import build, recipes, render
-    from provisioner.matrix import cache
     from provisioner.matrix import loader as matrix
-    from provisioner.resolve import request
+    from provisioner.resolve import cached, request
 
     copy = edited_project_copy(tmp_path / "src", f"edited by {__name__} at {time.time_ns()}")
     m = matrix.load([str(OVERLAY)])
-    stack = cache.cached_resolve(m, request.build(m, card=CARD, torch=TORCH, base_image=base_image))
+    stack = cached.cached_resolve(m, request.build(m, card=CARD, torch=TORCH, base_image=base_image))
     ctx = render.render(m, stack, recipes.choose(stack), project_root=copy)
     assert ctx.tag == provision_image
     opts = build.BuildOptions(wheelhouse=wheelhouse, trusted_ca=trusted_ca_file(), network="host",

@@ -18,10 +18,9 @@ def test_simulated_host_plans_like_a_real_one(tmp_path, shipped):
     if os.geteuid() != 0:
         pytest.fail("mknod needs root")
     from provisioner.devices import enginefacts
-    from provisioner.matrix import cache
-    from provisioner.resolve import request
+    from provisioner.resolve import cached, request
 
-    stack = cache.cached_resolve(shipped, request.build(shipped, card="300T-A2"))
+    stack = cached.cached_resolve(shipped, request.build(shipped, card="300T-A2"))
     paired = stack["driver"]["paired"][0]
     root, dev = demo.simulated_host(tmp_path, stack)
     nodes = sorted(os.listdir(dev))

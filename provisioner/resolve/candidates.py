@@ -1,0 +1,292 @@
+"""Candidates: every complete combination the matrix allows for a card's chip, the constraints that filter
+them, and the ranking that picks one.
+
+A *candidate* is torch_npu wheel x CANN x official base image (or MindSpore x
+CANN x image), as a plain dict with the rows it came from. Each user
+constraint is a predicate on candidates (``Constraint``); ``penalties`` lists
+a candidate's soft problems and ``score`` orders the survivors: fewest soft
+problems, then newest. The solver (solve.py) and the Stack (stack.py) build on
+this; the explanations of a refusal live in explain.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from provisioner.matrix.versions import any_match, parse, py_range
+from provisioner.resolve.driverfit import driver_fit
+from provisioner.resolve.request import Request
+
+
+def in_specs(specs, version: str) -> bool:
+    return any_match(specs, version)
+
+
+def same(a: str | None, b: str | None) -> bool:
+    return a is not None and b is not None and parse(a) == parse(b)
+
+
+def same_torch(requested: str, torch: str) -> bool:
+    """`--torch 2.1` means any 2.1.x; `--torch 2.5.1+cpu` means 2.5.1."""
+    want = parse(requested).public()
+    have = parse(torch)
+    if len(want.release) < 3 and not want.chain:
+        return have.release[: len(want.release)] == want.release
+    return have == want
+
+
+# --------------------------------------------------------------- candidates
+
+
+class Context:
+    """Card, family and the matrix, plus the chip's candidate list (built once)."""
+
+    def __init__(self, matrix, req: Request, card: dict, family: dict):
+        self.m = matrix
+        self.req = req
+        self.card = card
+        self.family = family
+        self.chip = family.get("image_chip")
+        pref = matrix.policy.get("python_preference", [])
+        self.py_rank = {p: i for i, p in enumerate(pref)}
+        self.os_rank = {o: i for i, o in enumerate(matrix.policy.get("os_preference", []))}
+        self._base: list[dict] | None = None
+
+    # CANN rows a stack may use: releases, plus a pre-release named exactly.
+    def cann_rows(self) -> list[dict]:
+        rows = []
+        for row in self.m.rows("cann"):
+            if row["status"] == "release" or (self.req.cann and self.m.cann(self.req.cann) is row):
+                rows.append(row)
+        return rows
+
+    def images(self, cann_row: dict) -> list[dict]:
+        if self.req.base_image:
+            # A custom base: its OS and Python are the user's business; offer
+            # every Python the preference list knows, the ranges below decide.
+            return [
+                {"tag": None, "chip": self.chip, "os": "custom", "python": p, "devel": False, "source": []}
+                for p in self.py_rank
+            ]
+        if not self.chip:
+            return []
+        return [i for i in self.m.images(cann_row["version"], self.chip) if not i["devel"]]
+
+    def base(self) -> list[dict]:
+        if self._base is None:
+            framework = self.req.framework or "pytorch"
+            self._base = list(_mindspore(self) if framework == "mindspore" else _pytorch(self))
+        return self._base
+
+
+def python_ok(py: str, *ranges: str | None) -> bool:
+    return all(r is None or py in py_range(r) for r in ranges)
+
+
+def _pytorch(ctx: Context):
+    m = ctx.m
+    canns = [(c, ctx.images(c), [parse(a) for a in [c["version"], *c.get("aliases", [])]]) for c in ctx.cann_rows()]
+    for wheel in m.rows("torch_npu"):
+        if not wheel.get("cann") or not wheel["on_pypi"]:
+            continue  # no published CANN pairing, or pip cannot fetch it: never part of a stack
+        release = m.release(wheel.get("product"))
+        compat = (release or {}).get("cann_compatible", [])
+        wheel_py = wheel.get("python") or m.torch_python(wheel["torch"])
+        wheel_cann = parse(wheel["cann"])
+        for cann, images, names in canns:
+            if not images:
+                continue
+            paired = wheel_cann in names
+            if not paired and not in_specs(compat, cann["version"]):
+                continue
+            for img in images:
+                if not python_ok(img["python"], wheel_py, cann.get("python")):
+                    continue
+                soft = []
+                if not paired:
+                    soft.append(
+                        f"CANN {cann['version']} is in TorchNPU {wheel.get('product')}'s compatible range;"
+                        f" torch_npu {wheel['wheel']} is released with CANN {wheel['cann']}"
+                    )
+                if wheel.get("cann_inferred"):
+                    soft.append(f"torch_npu {wheel['wheel']}: {wheel.get('notes', 'patch build')}")
+                elif not wheel.get("in_table", True):
+                    soft.append(f"torch_npu {wheel['wheel']} is in no official compatibility table")
+                if not cann.get("hdk_paired") and not cann.get("hdk_compatible"):
+                    soft.append(f"no HDK driver pairing is published for CANN {cann['version']}")
+                yield {
+                    "framework": "pytorch",
+                    "wheel": wheel,
+                    "torch": wheel["torch"],
+                    "torch_npu": wheel["wheel"],
+                    "cann": cann["version"],
+                    "cann_row": cann,
+                    "paired": paired,
+                    "image": img,
+                    "python": img["python"],
+                    "os": img["os"],
+                    "soft": soft,
+                }
+
+
+def _mindspore(ctx: Context):
+    for ms in ctx.m.rows("mindspore"):
+        cann = ctx.m.cann(ms["cann"])
+        if cann is None or cann not in ctx.cann_rows():
+            continue
+        for img in ctx.images(cann):
+            if not python_ok(img["python"], ms.get("python"), cann.get("python")):
+                continue
+            soft = []
+            if not ms["on_pypi"]:
+                soft.append(f"MindSpore {ms['version']} is not on PyPI; install it from the MindSpore release downloads")
+            if not ms.get("python"):
+                soft.append(f"MindSpore {ms['version']}'s Python range is not confirmed")
+            yield {
+                "framework": "mindspore",
+                "mindspore_row": ms,
+                "mindspore": ms["version"],
+                "torch": None,
+                "torch_npu": None,
+                "cann": cann["version"],
+                "cann_row": cann,
+                "paired": True,
+                "image": img,
+                "python": img["python"],
+                "os": img["os"],
+                "soft": soft,
+            }
+
+
+
+# -------------------------------------------------------------- constraints
+
+
+@dataclass
+class Constraint:
+    """One user constraint: a predicate on candidates, the flag that set it, the dimension it speaks about."""
+
+    name: str
+    flag: str
+    test: Callable[[dict], bool]
+    dim: str  # the candidate field this constraint mostly speaks about
+
+
+def bundles_for(ctx: Context, cand: dict) -> list[dict]:
+    """The MindSpeed-LLM/RL release sets that fit a candidate (and the pinned refs, if any)."""
+    pins = dict(ctx.req.pins)
+    out = []
+    for b in ctx.m.rows("llm_bundles"):
+        if b.get("families") and ctx.family["id"] not in b["families"]:
+            continue
+        if not any(same_torch(t, cand["torch"]) for t in b["torch"]):
+            continue
+        canns = b.get("cann", [])
+        if not (any(same(c, cand["cann"]) for c in canns) or in_specs(b.get("cann_compatible"), cand["cann"])):
+            continue
+        if cand["python"] not in py_range(b["python"]):
+            continue
+        refs = {
+            "mindspeed": b["mindspeed_ref"],
+            "megatron": b["megatron_ref"],
+            "mindspeed_llm": b["mindspeed_llm_ref"],
+            "mindspeed_rl": b.get("mindspeed_rl_ref"),
+        }
+        if any(str(refs.get(k)) != str(v) for k, v in pins.items()):
+            continue
+        out.append(b)
+    return out
+
+
+def apex_row(ctx: Context) -> dict:
+    return ctx.m.rows("apex")[0]
+
+
+def extra_row(ctx: Context, name: str) -> dict | None:
+    return next((r for r in ctx.m.rows("extras") if r["name"] == name), None)
+
+
+def build_constraints(ctx: Context) -> list[Constraint]:
+    req = ctx.req
+    out: list[Constraint] = []
+    if req.cann:
+        out.append(Constraint("cann", f"--cann {req.cann}", lambda c: same(c["cann"], req.cann)
+                              or any(same(a, req.cann) for a in c["cann_row"].get("aliases", [])), "cann"))
+    if req.torch:
+        out.append(Constraint("torch", f"--torch {req.torch}", lambda c: c["torch"] is not None
+                              and same_torch(req.torch, c["torch"]), "torch"))
+    if req.torch_npu:
+        out.append(Constraint("torch_npu", f"--torch-npu {req.torch_npu}",
+                              lambda c: same(c["torch_npu"], req.torch_npu), "torch_npu"))
+    if req.mindspore:
+        out.append(Constraint("mindspore", f"--mindspore {req.mindspore}",
+                              lambda c: same(c.get("mindspore"), req.mindspore), "mindspore"))
+    if req.python:
+        want = parse(req.python).minor()
+        out.append(Constraint("python", f"--python {req.python}", lambda c: parse(c["python"]).minor() == want, "python"))
+    if req.os:
+        out.append(Constraint("os", f"--os {req.os}", lambda c: c["os"].lower() == req.os.lower(), "os"))
+    if req.driver:
+        out.append(Constraint("driver", f"--driver {req.driver}",
+                              lambda c: driver_fit(req.driver, c["cann_row"], ctx.m) != "no", "cann"))
+    if req.dtype:
+        ok = req.dtype != "bf16" or ctx.family["bf16"]
+        out.append(Constraint("dtype", f"--dtype {req.dtype}", lambda c, ok=ok: ok, "dtype"))
+    for extra in req.extras:
+        if extra == "apex":
+            apex = apex_row(ctx)
+            out.append(Constraint("apex", "--with apex", lambda c, r=apex["python"]: c["python"] in py_range(r), "python"))
+        elif extra == "mindspeed-llm":
+            label = "--with mindspeed-llm" + (" (pinned refs)" if req.pins else "")
+            out.append(Constraint("mindspeed-llm", label, lambda c: bool(bundles_for(ctx, c)), "torch"))
+        elif extra == "deepspeed":
+            row = extra_row(ctx, "deepspeed")
+            out.append(Constraint("deepspeed", "--with deepspeed",
+                                  lambda c, r=row: python_ok(c["python"], r.get("python"))
+                                  and (not r.get("torch") or in_specs(r["torch"], c["torch"])), "python"))
+    return out
+
+
+# ------------------------------------------------------------------ ranking
+
+
+def penalties(ctx: Context, cand: dict) -> list[str]:
+    soft = list(cand["soft"])
+    req = ctx.req
+    if "apex" in req.extras and cand["torch"]:
+        confirmed = apex_row(ctx).get("torch_confirmed", [])
+        if not any(same(t, cand["torch"]) for t in confirmed):
+            soft.append(f"Apex for Ascend with torch {cand['torch']} is unconfirmed (confirmed: {', '.join(confirmed)})")
+    if req.driver:
+        fit = driver_fit(req.driver, cand["cann_row"], ctx.m)
+        if fit == "newer":
+            soft.append(f"driver {req.driver} is newer than any HDK listed for CANN {cand['cann']}; unlisted but usually fine")
+        elif fit == "unknown":
+            soft.append(f"CANN {cand['cann']} has no published HDK pairing, so driver {req.driver} cannot be checked")
+    if "mindspeed-llm" in req.extras:
+        bundles = bundles_for(ctx, cand)
+        if bundles and all(b.get("status") == "preview" for b in bundles):
+            soft.append(f"{bundles[0]['id']} is a preview release")
+    return soft
+
+
+def score(ctx: Context, cand: dict):
+    """Larger is better: fewer soft problems, then newest torch/wheel/CANN, then preferences."""
+    soft = penalties(ctx, cand)
+    newest = (
+        parse(cand["torch"]).key if cand["torch"] else parse(cand.get("mindspore") or "0").key,
+        parse(cand["torch_npu"]).key if cand["torch_npu"] else (),
+    )
+    return (
+        -len(soft),
+        cand["paired"],
+        newest,
+        parse(cand["cann"]).key,
+        -ctx.py_rank.get(cand["python"], 99),
+        -ctx.os_rank.get(cand["os"], 99),
+    )
+
+
+def best(ctx: Context, cands: list[dict]) -> dict:
+    return max(cands, key=lambda c: score(ctx, c))
