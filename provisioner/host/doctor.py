@@ -335,12 +335,12 @@ def check_driver(ctx: DoctorContext):
         yield warning("install-info-not-mapped", f"{INSTALL_INFO} is not mapped",
                       f"mount -v {INSTALL_INFO}:{INSTALL_INFO}:ro (torch_npu.utils.get_cann_version reads it)")
     if drv.get("version") and ctx.matrix is not None:
-        from provisioner.host.audit import _fit_findings
+        from provisioner.host.audit_driver import fit_findings
 
         for inst in ctx.facts.get("cann") or []:
             row = ctx.matrix.cann(inst["version"])
             if row is not None:
-                yield from _fit_findings("", drv["version"], inst["version"], row, ctx.matrix,
+                yield from fit_findings("", drv["version"], inst["version"], row, ctx.matrix,
                                          f"CANN {inst['version']} in this container", "")
 
 
