@@ -98,7 +98,7 @@ def _read_ca(path: str) -> bytes:
 
 def add_inputs(ctx, opts: BuildOptions) -> None:
     """Fill the context's build/ directory from the options (see the module docstring)."""
-    from provisioner.image import render
+    from provisioner.image import render, templates
 
     cert = None
     if opts.trusted_ca is not None:
@@ -108,9 +108,10 @@ def add_inputs(ctx, opts: BuildOptions) -> None:
         bundle = Path(certifi.where()).read_bytes().rstrip(b"\n") + b"\n" + _read_ca(opts.trusted_ca)
         ctx.add("build/ca/bundle.pem", bundle)
         cert = f"{BUILD_DIR}/ca/bundle.pem"
-    pip_conf = render._render("build/pip.conf.j2", index_url=opts.pip_index_url,
-                              extra_index_urls=list(opts.extra_index_urls), cert=cert, offline=opts.offline)
-    gitconfig = render._render("build/gitconfig.j2", cert=cert)
+    pip_conf = templates.render_template("build/pip.conf.j2", index_url=opts.pip_index_url,
+                                         extra_index_urls=list(opts.extra_index_urls), cert=cert,
+                                         offline=opts.offline)
+    gitconfig = templates.render_template("build/gitconfig.j2", cert=cert)
     for rel, content in render.build_inputs(pip_conf, gitconfig).items():
         ctx.add(f"build/{rel}", content)
     if opts.wheelhouse is not None:

@@ -94,7 +94,7 @@ def _installed_files() -> dict[str, Path | bytes]:
 def _generated_pyproject() -> str:
     from importlib import metadata
 
-    from provisioner.image.render import template_env
+    from provisioner.image.templates import template_env
 
     meta = metadata.metadata(PACKAGE)
     eps = [e for e in metadata.entry_points(group="console_scripts") if e.value.startswith(f"{PACKAGE}.")]

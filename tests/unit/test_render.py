@@ -272,10 +272,10 @@ def test_refused_stack_is_one_line(tmp_path):
 def test_strict_undefined_fails_the_render():
     import jinja2
 
-    from provisioner.image import render
+    from provisioner.image import templates
 
     with pytest.raises(jinja2.UndefinedError):
-        render.template_env().from_string("FROM {{ stack.base_imag }}").render(stack={"base_image": {}})
+        templates.template_env().from_string("FROM {{ stack.base_imag }}").render(stack={"base_image": {}})
 
 
 def test_golden_directory_has_only_known_cases():
