@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from provisioner.cli.options import JSON, MATRIX, RESOLVE, RESOLVE_KEYS, Opt, pop_resolve  # noqa: F401 (re-exported)
-from provisioner.cli.text import emit_json, table  # noqa: F401 (re-exported)
+from provisioner.cli.text import emit_json  # noqa: F401 (re-exported)
 
 
 def _click_option(opt: Opt, **extra):

@@ -73,12 +73,12 @@ def launch_cmd(overlays, as_json, image, check, check_only, module, script, exec
     mounts = [torchrun.parse_volume(v) for v in volumes]
     extra_labels = launch.parse_labels(labels)
     m = matrix.load(list(overlays or ()))
-    client = launch.connect()
+    engine = launch.connect()
     try:
-        info = launch.inspect_image(client, image)
+        info = launch.inspect_image(engine, image)
         opts = plan_options(m, kw, user=user, rank_table=rank_table)
         try:
-            plan, notes = launch.plan_for(m, opts, info, mode)
+            plan, notes = launch.plan_for(m, opts, info, mode, engine=engine)
         except devices.PlanRefused as exc:
             if as_json:
                 emit_json({"schema": LAUNCH_SCHEMA, "status": "refused", "reasons": exc.reasons})
@@ -91,9 +91,9 @@ def launch_cmd(overlays, as_json, image, check, check_only, module, script, exec
         if not as_json:
             for note in job.notes + plan.notes:
                 click.echo(f"# note: {note}", err=True)
-        doc = launch.run(job, client, out=out, err=err)
+        doc = launch.run(job, engine, out=out, err=err)
     finally:
-        client.close()
+        engine.close()
     if as_json:
         emit_json(doc)
     else:

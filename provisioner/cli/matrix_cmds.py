@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import click
 
-from provisioner.cli.common import emit_json, json_option, matrix_option, pop_resolve, resolve_options, table
-from provisioner.cli.text import RESOLVE_SCHEMA, format_stack
+from provisioner.cli.common import emit_json, json_option, matrix_option, pop_resolve, resolve_options
+from provisioner.cli.text import RESOLVE_SCHEMA
 from provisioner.errors import ResolveError
+from provisioner.resolve.report import format_stack
+from provisioner.text import table
 
 
 def register(group: click.Group) -> None:

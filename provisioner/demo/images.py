@@ -50,11 +50,12 @@ def image_steps() -> str:
     print(f"\n=== The stack the image carries (label org.provision.stack of {tag})", flush=True)
     print(f"$ docker image inspect {tag} --format '{{{{index .Config.Labels \"org.provision.stack\"}}}}'", flush=True)
 
-    from provisioner.cli.text import format_stack
-    from provisioner.image.build import client
+    from provisioner.image.build import connect
     from provisioner.image.labels import STACK_LABEL, stack_from_labels
+    from provisioner.resolve.report import format_stack
 
-    labels = client().images.get(tag).labels
+    with connect() as eng:
+        labels = eng.image(tag).labels
     stack = stack_from_labels(labels, tag)
     print(format_stack(stack))
     for key in sorted(k for k in labels if k != STACK_LABEL):

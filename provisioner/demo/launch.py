@@ -61,22 +61,22 @@ def simulated_host(base: Path, image_stack: dict | None, chips: int = LAUNCH_CHI
 def _image_facts(image: str) -> tuple[dict | None, str | None]:
     """The image's stack label, and why the bundled trainer cannot run in it (None: it can)."""
     from provisioner import engine
+    from provisioner.engine.errors import EngineError, short
     from provisioner.image.labels import label_stack
 
+    probe = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('provisioner.train') else 3)"
     try:
-        client = engine.connect(60)
-        labels = (client.api.inspect_image(image).get("Config") or {}).get("Labels") or {}
-        probe = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('provisioner.train') else 3)"
-        try:
-            client.containers.run(image, ["python", "-c", probe], remove=True, network_mode="none",
-                                  environment={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
-            missing = None
-        except Exception as exc:  # noqa: BLE001 - docker's ContainerError: the probe's exit status
-            status = getattr(exc, "exit_status", None)
-            missing = "provisioner.train is not in the image yet" if status == 3 else f"python failed: {engine.short(exc)}"
-        client.close()
-    except Exception as exc:  # noqa: BLE001 - the launch step itself reports an absent engine or image
-        return None, f"cannot look into {image}: {engine.short(exc)}"
+        with engine.connect(60) as eng:
+            labels = eng.image(image).labels
+            status, _, err = eng.run(image, ["python", "-c", probe], network="none",
+                                     environment={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    except EngineError as exc:  # the launch step itself reports an absent engine or image
+        return None, f"cannot look into {image}: {short(exc)}"
+    missing = None
+    if status == 3:
+        missing = "provisioner.train is not in the image yet"
+    elif status != 0:
+        missing = f"python failed: {short(err.decode(errors='replace') or f'exit {status}')}"
     return label_stack(labels, image)[0], missing
 
 

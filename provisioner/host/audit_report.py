@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from provisioner.host.findings import ERROR, INFO, WARNING
+from provisioner.text import table
 
 _HEADINGS = ((ERROR, "Errors"), (WARNING, "Warnings"), (INFO, "Info"))
 
@@ -20,12 +21,6 @@ def id_ranges(ids: list[int]) -> str:
         out.append(f"{start}" if start == prev else f"{start}-{prev}")
         start = prev = n
     return ",".join(out)
-
-
-def _table(rows: list[list], headers: list[str]) -> str:
-    from provisioner.cli.common import table
-
-    return table(rows, headers)
 
 
 def findings_text(findings: list[dict], summary: dict, exit_code: int) -> list[str]:
@@ -128,7 +123,7 @@ def chips_table(chips: list[dict]) -> str:
             f"{mem[0]} / {mem[1]}" if mem[1] else "-",
             ", ".join(str(p["pid"]) for p in c.get("processes") or []) or "-",
         ])
-    return _table(rows, ["NPU", "Chip", "Phy", "Name", "Family", "Health", "Power W", "Temp C", "Memory MB", "PIDs"])
+    return table(rows, ["NPU", "Chip", "Phy", "Name", "Family", "Health", "Power W", "Temp C", "Memory MB", "PIDs"])
 
 
 def render_audit(result: dict) -> str:

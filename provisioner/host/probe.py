@@ -25,6 +25,10 @@ from pathlib import Path
 from provisioner.arch import normalize as normalize_arch
 from provisioner.host import hostfs, npusmi
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from provisioner.engine.base import Engine
+
 SCHEMA = "provision.host/1"
 ASCEND = "/usr/local/Ascend"
 FIRMWARE_DIR = "/usr/local/Ascend/firmware"
@@ -417,27 +421,28 @@ def _cdi_dir(root: Path, host_dir: str) -> dict:
     return {"dir": host_dir, "exists": d.is_dir(), "specs": specs, "ascend_specs": ascend}
 
 
-def engine_facts(timeout: float = 3.0) -> dict:
-    """Ask the local Docker engine (docker SDK, imported only here) for its version and runtimes."""
-    from provisioner import engine
+def engine_facts(timeout: float = 3.0, engine: Engine | None = None) -> dict:
+    """Ask the local engine (`engine`, else the one at DOCKER_HOST) for its version and runtimes."""
+    from provisioner import engine as engines
+    from provisioner.engine.errors import EngineError, short
 
     try:
-        client = engine.connect(timeout, ping=False)
+        eng = engine if engine is not None else engines.connect(timeout, ping=False)
         try:
-            version = client.version()
-            info = client.info()
+            info = eng.info()
         finally:
-            client.close()
-    except Exception as exc:  # noqa: BLE001 - any failure means "not reachable"
-        return {"probed": True, "reachable": False, "error": engine.short(exc, 200)}
+            if engine is None:
+                eng.close()
+    except EngineError as exc:
+        return {"probed": True, "reachable": False, "error": short(exc, 200)}
     return {
         "probed": True,
         "reachable": True,
-        "version": version.get("Version"),
-        "api_version": version.get("ApiVersion"),
-        "runtimes": sorted((info.get("Runtimes") or {}).keys()),
-        "default_runtime": info.get("DefaultRuntime"),
-        "cdi_spec_dirs": info.get("CDISpecDirs"),
+        "version": info.version,
+        "api_version": info.api_version,
+        "runtimes": list(info.runtimes),
+        "default_runtime": info.default_runtime,
+        "cdi_spec_dirs": list(info.cdi_spec_dirs) if info.cdi_spec_dirs is not None else None,
     }
 
 
