@@ -34,8 +34,9 @@ engine:
 test: venv engine
 	$(IMAGE_ENV) $(BIN)/python -m pytest -q
 
+# No engine, no root: real-engine and mknod tests are left to `make test`.
 unit: venv
-	$(BIN)/python -m pytest -q -m "not docker and not slow"
+	$(BIN)/python -m pytest -q -m "not docker and not slow and not mknod"
 
 lint: venv
 	$(BIN)/ruff check provisioner tests benchmarks

@@ -115,7 +115,7 @@ def main() -> int:
     compileall.compile_dir(os.path.dirname(provisioner.__file__), quiet=1)
     image, driver = pick_image(args.image)
     with tempfile.TemporaryDirectory(prefix="launch-bench-") as tmp:
-        host = hosts.materialize("plan-300ta2-4", Path(tmp), null_numbers=True)
+        host = hosts.materialize("plan-300ta2-4", Path(tmp), nodes="mknod", null_numbers=True)
         info = host.root / "usr/local/Ascend/driver/version.info"
         info.write_text(re.sub(r"(?m)^Version=.*$", f"Version={driver}", info.read_text()))
         bench = Path(tmp) / "bench"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import stat
 import tempfile
 from pathlib import Path
 
@@ -15,47 +14,20 @@ LAUNCH_CHIPS = 2
 SIM_ID = 1000  # uid/gid of the simulated host's driver account
 
 
-def simulated_host(base: Path, image_stack: dict | None, chips: int = LAUNCH_CHIPS) -> tuple[Path, Path]:
-    """A host root and dev root for LAUNCH_CARD: chip and manager nodes made with mknod (needs root).
+def simulated_host(base: Path, image_stack: dict | None, chips: int = LAUNCH_CHIPS,
+                   nodes: str = "mknod") -> tuple[Path, Path]:
+    """A host root and dev root for LAUNCH_CARD (provisioner.host.fakehost.card_host).
 
-    Node names come from the card's device family in matrices/devices.yaml; every
-    node gets /dev/null's numbers, so a container can open it and nothing real is
-    touched. The root holds an empty driver tree; its version.info names the
-    driver the image's stack is paired with, when the image says.
+    Its driver/version.info names the driver the image's stack is paired with, when the image says. The
+    demo's containers open the nodes, so they are real (mknod, root) unless `nodes` says "simulated".
     """
-    from provisioner.host import hostfs
-    from provisioner.matrix import loader as matrix
+    from provisioner.host import fakehost
+    from provisioner.matrix import loader
 
-    m = matrix.load()
-    _, family, _ = m.lookup_card(LAUNCH_CARD)
-    dfam = next(r for r in m.rows("device_families") if r["id"] == family["device_family"])
-    dev = base / "dev"
-    dev.mkdir(parents=True)
-    names = [dfam["chip_node"].format(id=i) for i in range(chips)]
-    names += [row["name"] for row in dfam["nodes"] if row["need"] == "required"]
-    root = base / "root"
-    # The driver's run account owns the nodes (mode 0660) on real hosts; its gid varies by install.
-    user = hostfs.account(root)["user"]
-    (root / "etc").mkdir(parents=True)
-    (root / "etc" / "passwd").write_text(f"root:x:0:0::/root:/bin/sh\n{user}:x:{SIM_ID}:{SIM_ID}::/home/{user}:/bin/sh\n")
-    (root / "etc" / "group").write_text(f"root:x:0:\n{user}:x:{SIM_ID}:\n")
-    null = os.stat("/dev/null").st_rdev
-    for name in names:
-        os.mknod(dev / name, 0o660 | stat.S_IFCHR, null)
-        os.chown(dev / name, SIM_ID, SIM_ID)
-        os.chmod(dev / name, 0o660)  # mknod applies the umask
-    driver = root / hostfs.DRIVER_DIRS[0]
-    (driver / "lib64").mkdir(parents=True)
     paired = ((image_stack or {}).get("driver") or {}).get("paired") or []
-    (driver / "version.info").write_text(f"Version={paired[0]}\n" if paired else "")
-    install = "/" + str(Path(hostfs.DRIVER_DIRS[0]).parent)
-    (root / "etc" / "ascend_install.info").write_text(f"Driver_Install_Path_Param={install}\n")
-    (root / "usr" / "local" / "dcmi").mkdir(parents=True)
-    (root / "usr" / "local" / "bin").mkdir(parents=True)
-    npu_smi = root / "usr" / "local" / "bin" / "npu-smi"
-    npu_smi.write_text("#!/bin/sh\necho 'npu-smi: simulated host, no chips to report' >&2\nexit 1\n")
-    npu_smi.chmod(0o755)
-    return root, dev
+    host = fakehost.card_host(Path(base), loader.load(), LAUNCH_CARD, chips, driver=paired[0] if paired else None,
+                              account_id=SIM_ID, nodes=nodes)
+    return host.root, host.dev_root
 
 
 def _image_facts(image: str) -> tuple[dict | None, str | None]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from provisioner.cli import main
-from provisioner.host import doctor
+from provisioner.host import doctor, fakehost
 from provisioner.resolve import cached, request
 from tests.helpers import hosts
 
@@ -103,9 +103,10 @@ def container_tree(tmp_path: Path, stack: dict | None) -> tuple[Path, Path]:
         (root / "etc/provision").mkdir(parents=True)
         (root / "etc/provision/stack.json").write_text(json.dumps(stack))
     dev = tmp_path / "dev"
-    hosts.make_nodes(dev, [(f"davinci{n}", "c", 236, n, 0o660, 1000, 1000) for n in range(2)]
-                     + [("davinci_manager", "c", 235, 0, 0o660, 1000, 1000), ("devmm_svm", "c", 238, 0, 0o660, 1000, 1000),
-                        ("hisi_hdc", "c", 237, 0, 0o660, 1000, 1000)])
+    fakehost.make_nodes(dev, [fakehost.Node(f"davinci{n}", "c", 236, n, 0o660, 1000, 1000) for n in range(2)]
+                        + [fakehost.Node("davinci_manager", "c", 235, 0, 0o660, 1000, 1000),
+                           fakehost.Node("devmm_svm", "c", 238, 0, 0o660, 1000, 1000),
+                           fakehost.Node("hisi_hdc", "c", 237, 0, 0o660, 1000, 1000)])
     return root, dev
 
 

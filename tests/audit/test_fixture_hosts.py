@@ -259,10 +259,11 @@ def test_text_report_golden(name, audit_host, capsys):
     assert text == path.read_text()
 
 
-def test_cli_subprocess_exit_codes(audit_host):
+@pytest.mark.mknod
+def test_cli_subprocess_exit_codes(audit_host_real):
     # The installed entry point, as a user runs it: exit code follows the worst finding.
     for name in ("seed-800ta2", "a3-16", "broken-driver-old"):
-        h = audit_host(name)
+        h = audit_host_real(name)
         res = subprocess.run([sys.executable, "-m", "provisioner.cli", "audit", "--root", str(h.root),
                               "--dev-root", str(h.dev_root)], capture_output=True, text=True)
         assert res.returncode == EXPECTED[name][0], res.stderr
