@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from provisioner.cli.common import emit_json, json_option
+from provisioner.cli.common import emit_json, json_option, refuse
 from provisioner.cli.device_cmds import host_options, launch_options
 
 LAUNCH_SCHEMA = "provision.launch/1"
@@ -59,16 +59,14 @@ def launch_cmd(overlays, as_json, image, check, check_only, module, script, exec
     import os
     import sys
 
-    from provisioner.cli.device_cmds import plan_options
+    from provisioner.cli.device_cmds import multi_node, plan_options
     from provisioner.devices import plan as devices
-    from provisioner.errors import ProvisionError
     from provisioner.launch import run as launch
     from provisioner.launch import torchrun
     from provisioner.matrix import loader as matrix
 
     target = _target(module, script, exec_, check_only, args)
-    if kw["nnodes"] > 1 and not kw.get("master_addr"):
-        raise ProvisionError("--nnodes > 1 needs --master-addr (the IP or name of node rank 0)")
+    multi_node(kw).require_master()
     user_env = torchrun.parse_env(env, dict(os.environ))
     mounts = [torchrun.parse_volume(v) for v in volumes]
     extra_labels = launch.parse_labels(labels)
@@ -80,10 +78,7 @@ def launch_cmd(overlays, as_json, image, check, check_only, module, script, exec
         try:
             plan, notes = launch.plan_for(m, opts, info, mode, engine=engine)
         except devices.PlanRefused as exc:
-            if as_json:
-                emit_json({"schema": LAUNCH_SCHEMA, "status": "refused", "reasons": exc.reasons})
-                return 2
-            raise
+            return refuse(LAUNCH_SCHEMA, exc, as_json)
         job = launch.Job(plan=plan, image=info, target=target, check=check or check_only, env=user_env,
                          volumes=mounts, workdir=workdir, network=network, init=not no_init, keep=keep, name=name,
                          stop_timeout=stop_timeout, notes=tuple(notes), labels=extra_labels)

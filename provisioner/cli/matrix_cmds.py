@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from provisioner.cli.common import emit_json, json_option, matrix_option, pop_resolve, resolve_options
-from provisioner.cli.text import RESOLVE_SCHEMA
+from provisioner.cli.text import RESOLVE_SCHEMA, refused_doc
 from provisioner.errors import ResolveError
 from provisioner.resolve.report import format_stack
 from provisioner.text import table
@@ -44,13 +44,7 @@ def _refused(exc: ResolveError, options: dict, as_json: bool) -> int:
     if options.get("profile"):
         known_good = _fixed_by(options)
     if as_json:
-        emit_json({
-            "schema": RESOLVE_SCHEMA,
-            "status": "refused",
-            "reasons": exc.reasons,
-            "alternatives": exc.alternatives,
-            "known_good": known_good,
-        })
+        emit_json(refused_doc(RESOLVE_SCHEMA, exc.reasons, alternatives=exc.alternatives, known_good=known_good))
         return 2
     click.echo(f"provision: refused: {exc.reasons[0]}", err=True)
     for reason in exc.reasons[1:]:

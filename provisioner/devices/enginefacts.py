@@ -10,16 +10,15 @@ the planner notes it.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
+
+from provisioner import chipids
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from provisioner.engine.base import Engine
     from provisioner.engine.types import ContainerInfo
 
-_NAMED_ID = re.compile(r"^[A-Za-z][A-Za-z0-9]*-(\d+)$")
-_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 
 
 @dataclass(frozen=True)
@@ -47,21 +46,7 @@ def runtime_ids(value: str) -> list[int]:
 
     Unreadable pieces are skipped (the runtime would have refused the container).
     """
-    ids: set[int] = set()
-    for piece in (value or "").split(","):
-        piece = piece.strip()
-        if not piece or piece.lower() == "void":
-            continue
-        m = _RANGE.match(piece)
-        if m:
-            lo = int(m[1])
-            hi = int(m[2]) if m[2] else lo
-            ids.update(range(lo, hi + 1))
-            continue
-        m = _NAMED_ID.match(piece)
-        if m:
-            ids.add(int(m[1]))
-    return sorted(ids)
+    return chipids.read(value)[0]
 
 
 def _same_path(a: str, b: str) -> bool:

@@ -16,7 +16,7 @@ import os
 import re
 from dataclasses import asdict, dataclass, field, replace
 
-from provisioner.devices import devspec
+from provisioner import chipids
 from provisioner.errors import ProvisionError
 from provisioner.host import hostfs
 
@@ -66,6 +66,11 @@ class MultiNode:
     node_rank: int = 0
     master_addr: str | None = None
     master_port: str | None = None
+
+    def require_master(self) -> None:
+        """Nodes that rendezvous themselves (docker run, launch) need node 0's address; Kubernetes names it."""
+        if self.nnodes > 1 and not self.master_addr:
+            raise ProvisionError("--nnodes > 1 needs --master-addr (the IP or name of node rank 0)")
 
 
 @dataclass(frozen=True)
@@ -222,7 +227,7 @@ def plan(matrix, opts: Options) -> DevicePlan:
     runtime_env: list[tuple[str, str]] = []
     if opts.mode == "runtime":
         # The runtime maps the nodes itself; the plan still lists them (numbering, CDI, checks).
-        runtime_env.append((settings["runtime_devices_env"], devspec.format_ids(ids)))
+        runtime_env.append((settings["runtime_devices_env"], chipids.format_ids(ids)))
         runtime_env.extend(sorted(dfam.get("runtime_env", {}).items()))
 
     return DevicePlan(
@@ -277,16 +282,16 @@ def _chips(opts: Options, dfam: dict, container_dev: str, refusals: list[str]) -
     if not present:
         # Nothing else is worth listing: no chip nodes means no loaded driver (or the wrong --dev-root).
         if opts.devices.strip().lower() != "all":
-            devspec.parse(opts.devices)  # a malformed spec is still reported as such
+            chipids.parse(opts.devices)  # a malformed spec is still reported as such
         pattern = dfam["chip_node"].format(id="N")
         raise PlanRefused([f"no {pattern} device nodes under {opts.dev_root}: is the Ascend driver installed and loaded?"
                            " (--dev-root reads another place)"])
-    ids = devspec.parse(opts.devices, sorted(present))
+    ids = chipids.parse(opts.devices, sorted(present))
     missing = [i for i in ids if i not in present]
     if missing:
-        have = devspec.format_ids(sorted(present)) if present else "none"
+        have = chipids.format_ids(sorted(present)) if present else "none"
         refusals.append(
-            f"chip {devspec.format_ids(missing)} not found: {opts.dev_root} has no "
+            f"chip {chipids.format_ids(missing)} not found: {opts.dev_root} has no "
             f"{', '.join(dfam['chip_node'].format(id=i) for i in missing)} (chips present: {have})"
         )
     nodes = []

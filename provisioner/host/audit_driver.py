@@ -9,7 +9,7 @@ from __future__ import annotations
 from provisioner import arch
 from provisioner.host.audit_context import AuditContext
 from provisioner.host.findings import Finding, error, info, warning
-from provisioner.matrix.versions import V, VersionError, any_match, spec
+from provisioner.matrix.versions import V, VersionError, any_match, is_version, spec
 from provisioner.resolve import driverfit
 from provisioner.resolve.driverfit import driver_verdict
 
@@ -78,7 +78,7 @@ def check_stack_presence(ctx: AuditContext):
     elif not drv.get("version"):
         yield warning("driver-version-unknown", f"{drv['dir']}/version.info has no Version key",
                       "reinstall the driver package")
-    elif not _parsable(drv["version"]):
+    elif not is_version(drv["version"]):
         yield warning("driver-version-unparsable", f"driver version {drv['version']!r} ({drv['dir']}/version.info)"
                       " is not a version; nothing can be checked against it", "reinstall the driver package")
     if len(drv.get("roots") or []) > 1:
@@ -89,17 +89,9 @@ def check_stack_presence(ctx: AuditContext):
                    f"mount {drv['dir']} into containers at /usr/local/Ascend/driver")
 
 
-def _parsable(text: str | None) -> bool:
-    try:
-        V(text)  # type: ignore[arg-type]
-        return True
-    except VersionError:
-        return False
-
-
 def check_driver_cann(ctx: AuditContext):
     driver = ctx.driver_version
-    if not driver or not _parsable(driver):
+    if not driver or not is_version(driver):
         return  # check_stack_presence reports a missing or unreadable version
     card_hint = ctx.card_flag
     for inst in ctx.canns:
@@ -166,11 +158,11 @@ def check_firmware(ctx: AuditContext):
         yield warning("firmware-version-unknown", f"{fw['dir']}/version.info is missing or has no Version key",
                       "reinstall the firmware package (same Ascend HDK release as the driver)")
         return
-    if fw is not None and not _parsable(fw["version"]):
+    if fw is not None and not is_version(fw["version"]):
         yield warning("firmware-version-unparsable", f"firmware version {fw['version']!r} is not a version;"
                       " the firmware-driver match was not checked", "reinstall the firmware package")
         return
-    if not driver or not _parsable(driver):
+    if not driver or not is_version(driver):
         return
     if not fw:
         yield info("firmware-version-unknown", "no firmware version.info (/usr/local/Ascend/firmware); the"

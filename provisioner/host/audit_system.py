@@ -3,6 +3,7 @@ the Docker engine, Ascend Docker Runtime and CDI, the paths the runtime mounts, 
 
 from __future__ import annotations
 
+from provisioner import chipids
 from provisioner.host.audit_context import AuditContext
 from provisioner.host.findings import error, info, warning
 
@@ -64,11 +65,9 @@ def check_devices(ctx: AuditContext):
 
 def _node_names(names: list[str]) -> str:
     """davinci0..davinci7 + others -> 'davinci0-7, davinci_manager'."""
-    from provisioner.host.audit_report import id_ranges
-
     ids = sorted(int(n[7:]) for n in names if n.startswith("davinci") and n[7:].isdigit())
     rest = [n for n in names if not (n.startswith("davinci") and n[7:].isdigit())]
-    return ", ".join(([f"davinci{id_ranges(ids)}"] if ids else []) + rest)
+    return ", ".join(([f"davinci{chipids.format_ids(ids)}"] if ids else []) + rest)
 
 
 def check_account(ctx: AuditContext):

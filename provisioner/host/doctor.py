@@ -22,6 +22,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from provisioner import chipids
 from provisioner.host import hostfs
 from provisioner.host import probe as host
 from provisioner.host.findings import counts, error, exit_code, info, ordered, run_checks, warning
@@ -344,13 +345,6 @@ def check_driver(ctx: DoctorContext):
                                          f"CANN {inst['version']} in this container", "")
 
 
-def _ids(text: str) -> list[int] | None:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        return None
-
-
 def check_devices(ctx: DoctorContext):
     dev = ctx.facts.get("devices") or {}
     ids = dev.get("davinci_ids") or []
@@ -370,8 +364,8 @@ def check_devices(ctx: DoctorContext):
                     "run as root, or add the nodes' group (the host's HwHiAiUser gid) with --group-add")
     visible = ctx.env.get("ASCEND_VISIBLE_DEVICES")
     if visible:
-        want = _expand(visible)
-        if want is not None and want != ids:
+        want, unread = chipids.read(visible, names=False)  # names (npu-1) cannot be compared here
+        if not unread and want != ids:
             yield warning("devices-unexpected", f"ASCEND_VISIBLE_DEVICES={visible} but the container has"
                           f" /dev/davinci{ids}", "the runtime keeps host numbers: check the device list")
     count = (ctx.torch.get("npu") or {}).get("count")
@@ -381,7 +375,7 @@ def check_devices(ctx: DoctorContext):
                       "check ASCEND_RT_VISIBLE_DEVICES and the device mounts")
     rt = ctx.env.get("ASCEND_RT_VISIBLE_DEVICES")
     if rt:
-        vals = _ids(rt.replace(" ", ""))
+        vals = chipids.plain(rt.replace(" ", ""))
         if vals is None or vals != sorted(set(vals)) or any(v >= len(ids) for v in vals):
             yield warning("rt-visible-devices-invalid",
                           f"ASCEND_RT_VISIBLE_DEVICES={rt}: must be ascending container-local ids below {len(ids)}",
@@ -404,24 +398,6 @@ def _needed_nodes(ctx: DoctorContext) -> tuple[str, ...]:
         family = classify(name, None, ctx.matrix.rows("chips"))["family"]
     row = next((r for r in ctx.matrix.rows("audit_device_nodes") if r["family"] == family), None)
     return tuple(row["nodes"]) if row else DEFAULT_NODES
-
-
-def _expand(text: str) -> list[int] | None:
-    out: list[int] = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if "-" in part:
-            a, _, b = part.partition("-")
-            if not (a.isdigit() and b.isdigit()):
-                return None
-            out += list(range(int(a), int(b) + 1))
-        elif part.isdigit():
-            out.append(int(part))
-        else:
-            return None  # names like npu-1 or Ascend910-0
-    return sorted(set(out))
 
 
 def check_npu(ctx: DoctorContext):

@@ -195,16 +195,6 @@ def scan_devices(dev_root: str | Path, names: tuple[str, ...] | None = None) -> 
     return out
 
 
-def davinci_ids(dev_root: str | Path) -> list[int]:
-    """Physical chip ids N of the /dev/davinciN character devices present."""
-    ids = []
-    for rec in scan_devices(dev_root):
-        name = rec["name"]
-        if rec["type"] == "char" and name.startswith("davinci") and name[7:].isdigit():
-            ids.append(int(name[7:]))
-    return sorted(ids)
-
-
 # --- additions for the host audit (provisioner/host/probe.py) ---------------------
 
 

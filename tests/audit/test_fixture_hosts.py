@@ -1,7 +1,6 @@
 """`provision audit` on every fixture host: the exact findings and exit code, text golden files, options."""
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -10,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from provisioner.cli import main
+from tests.helpers import golden as goldens
 from tests.helpers import hosts
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -252,11 +252,7 @@ def test_text_report_golden(name, audit_host, capsys):
     rc = main(["audit", "--root", str(h.root), "--dev-root", str(h.dev_root)])
     text = _normalized(capsys.readouterr().out, h)
     assert rc == EXPECTED[name][0]
-    path = GOLDEN / f"audit-{name}.txt"
-    if os.environ.get("PROVISION_REGEN"):
-        path.parent.mkdir(exist_ok=True)
-        path.write_text(text)
-    assert text == path.read_text()
+    goldens.check(GOLDEN / f"audit-{name}.txt", text)
 
 
 @pytest.mark.mknod

@@ -3,7 +3,6 @@ no engine), golden files."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ import pytest
 from provisioner.devices import enginefacts
 from provisioner.devices import plan as devices
 from provisioner.matrix import loader as matrix
+from tests.helpers import golden as goldens
 from tests.helpers import hosts
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -46,11 +46,6 @@ def make_plan(shipped, plan_hosts):
 
 def golden(name: str, text: str) -> None:
     """Compare with tests/devices/golden/<name>; PROVISION_REGEN=1 rewrites it."""
-    path = GOLDEN / name
-    if os.environ.get("PROVISION_REGEN"):
-        path.write_text(text, encoding="utf-8")
-        return
-    assert path.is_file(), f"no golden file {path.name}; run with PROVISION_REGEN=1 and review it"
-    assert text == path.read_text(encoding="utf-8"), f"{path.name} differs; regenerate with PROVISION_REGEN=1 if intended"
+    goldens.check(GOLDEN / name, text)
 
 

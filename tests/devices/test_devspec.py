@@ -2,7 +2,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from provisioner.devices import devspec
+from provisioner import chipids as devspec
 from provisioner.errors import ProvisionError
 
 

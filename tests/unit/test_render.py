@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 
 from provisioner.cli import main as cli
+from tests.helpers import golden as goldens
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden" / "images"
 OVERLAY = ROOT / "examples" / "overlays" / "torch-2.13.yaml"  # the overlay `make demo` uses
-REGEN = bool(os.environ.get("PROVISION_REGEN"))
 
 # name -> `provision render` arguments. The architecture is always given: the default is this machine's.
 CASES = {
@@ -64,12 +64,7 @@ def rendered(tmp_path_factory) -> dict[str, Path]:
 def test_golden(rendered, name):
     for filename in GOLDEN_FILES:
         got = (rendered[name] / filename).read_text(encoding="utf-8")
-        golden = GOLDEN / name / filename
-        if REGEN:
-            golden.parent.mkdir(parents=True, exist_ok=True)
-            golden.write_text(got, encoding="utf-8")
-        assert golden.is_file(), f"missing golden file {golden}; run with PROVISION_REGEN=1"
-        assert got == golden.read_text(encoding="utf-8"), f"{name}/{filename} differs from its golden file"
+        goldens.check(GOLDEN / name / filename, got, f"{name}/{filename}")
 
 
 def _hadolint() -> str:
