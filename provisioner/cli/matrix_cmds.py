@@ -10,6 +10,13 @@ from provisioner.errors import ResolveError
 from provisioner.resolve.report import format_stack
 from provisioner.text import table
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
+    from provisioner.shapes import Stack
+
 
 def register(group: click.Group) -> None:
     group.add_command(resolve_cmd)
@@ -70,7 +77,7 @@ def relaxed_label(alt: dict) -> str:
     return "; ".join(parts)
 
 
-def _fixed_by(options: dict) -> dict | None:
+def _fixed_by(options: dict) -> Stack | None:
     from provisioner.matrix import loader
     from provisioner.resolve import request
     from provisioner.resolve.cached import cached_resolve
@@ -86,7 +93,7 @@ def _fixed_by(options: dict) -> dict | None:
         return None
 
 
-def summary(stack: dict) -> str:
+def summary(stack: Mapping[str, Any]) -> str:
     from provisioner.resolve.stack import summary as parts
 
     return f"{parts(stack)}, {stack['dtype']['compute']} ({stack['base_image']['ref']})"

@@ -20,7 +20,10 @@ def _demo_torch() -> str:
     from provisioner.matrix.yamlio import load
 
     wheel = load(OVERLAY)["torch_npu"][0]["wheel"]
-    return matrix.load([str(OVERLAY)]).torch_npu(wheel)["torch"]
+    row = matrix.load([str(OVERLAY)]).torch_npu(wheel)
+    if row is None:
+        raise SystemExit(f"demo: {OVERLAY.name} names torch_npu {wheel}, which the matrix does not load")
+    return row["torch"]
 
 
 def image_steps() -> str:

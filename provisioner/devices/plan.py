@@ -20,6 +20,10 @@ from provisioner import chipids
 from provisioner.errors import ProvisionError
 from provisioner.host import hostfs
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from provisioner.devices.enginefacts import EngineFacts
+
 
 class PlanRefused(ProvisionError):
     """The host cannot run this selection; the message names every reason."""
@@ -157,7 +161,7 @@ class Options:
     rank_table: str | None = None  # host file mounted as RANK_TABLE_FILE
     stack: dict | None = None  # the image's Stack (label or --stack file)
     check_in_use: bool = True  # False for specs that describe the host, not one run (cdi, k8s)
-    engine: object | None = None  # enginefacts.EngineFacts, or None when not asked
+    engine: EngineFacts | None = None  # None when not asked
     engine_skipped: str | None = None  # why the engine was not asked
 
 
@@ -378,7 +382,7 @@ def _check_in_use(opts: Options, settings: dict, chip_nodes: list[Node], notes: 
         return
     # The runtime maps the host's real nodes, so its ids only count when the dev root is the real one.
     real_dev = os.path.realpath(opts.dev_root) == os.path.realpath(settings["container_dev"])
-    chip_paths = {n.chip: os.path.join(opts.dev_root, n.name) for n in chip_nodes}
+    chip_paths = {n.chip: os.path.join(opts.dev_root, n.name) for n in chip_nodes if n.chip is not None}
     held = enginefacts.holders(engine.containers, chip_paths, settings["runtime_name"], settings["runtime_devices_env"], real_dev)
     for chip, hs in held.items():
         names = ", ".join(f"'{h.name}' ({h.id}{', via the Ascend runtime' if h.how == 'runtime' else ''})" for h in hs)

@@ -200,9 +200,10 @@ class FakeEngine(Engine):
     def add_image(self, ref: str, labels: dict[str, str] | None = None, env: dict[str, str] | None = None,
                   program: Program | None = None) -> ImageInfo:
         """An image as `docker image inspect` shows it (and what its containers run)."""
-        payload = {"Id": f"sha256:{_digest(ref)}", "RepoTags": [ref],
+        image_id = f"sha256:{_digest(ref)}"
+        payload = {"Id": image_id, "RepoTags": [ref],
                    "Config": {"Labels": dict(labels or {}), "Env": [f"{k}={v}" for k, v in (env or {}).items()]}}
-        self._images[ref] = self._images[payload["Id"]] = payload
+        self._images[ref] = self._images[image_id] = payload
         if program is not None:
             self.programs[ref] = program
         return ImageInfo.from_inspect(ref, payload)

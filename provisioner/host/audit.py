@@ -37,6 +37,11 @@ from provisioner.host.audit_system import (
 )
 from provisioner.host.findings import counts, exit_code, ordered, run_checks
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from provisioner.matrix.loader import Matrix
+    from provisioner.shapes import HostReport
+
 SCHEMA = "provision.audit/1"
 MODES = ("runtime", "devices", "cdi")
 
@@ -61,7 +66,7 @@ CHECKS = [
 ]
 
 
-def audit(report: dict, matrix, options: AuditOptions | None = None, checks=None) -> dict:
+def audit(report: HostReport, matrix: Matrix, options: AuditOptions | None = None, checks=None) -> dict:
     """Run the checks on a HostReport; returns the provision.audit/1 document."""
     ctx = AuditContext(report, matrix, options or AuditOptions())
     if ctx.options.card:

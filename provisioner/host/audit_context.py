@@ -10,6 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from provisioner.matrix.loader import Matrix
+    from provisioner.shapes import HostReport
+
 
 @dataclass
 class AuditOptions:
@@ -22,8 +27,8 @@ class AuditOptions:
 
 @dataclass
 class AuditContext:
-    report: dict
-    matrix: object
+    report: HostReport
+    matrix: Matrix
     options: AuditOptions = field(default_factory=AuditOptions)
     recommendation: dict | None = None
 

@@ -171,7 +171,7 @@ def check_firmware(ctx: AuditContext):
     fw_version = fw["version"]
     checked = False
     try:
-        rng = ctx.driver.get("compatible_firmware")
+        rng = (ctx.driver or {}).get("compatible_firmware")
         src = "the driver's version.info"
         if not rng:
             row = _hdk_for(ctx.matrix, driver)

@@ -27,6 +27,12 @@ from provisioner.host import hostfs
 from provisioner.host import probe as host
 from provisioner.host.findings import counts, error, exit_code, info, ordered, run_checks, warning
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from provisioner.matrix.loader import Matrix
+
 SCHEMA = "provision.doctor/1"
 STACK_FILE = "/etc/provision/stack.json"
 STACK_ENV = "PROVISION_STACK"
@@ -81,7 +87,7 @@ def _probe_main() -> None:  # pragma: no cover - runs in the child process (test
     print(_MARK + json.dumps(out), flush=True)
 
 
-def torch_probe(python: str, env: dict, cann_present: bool, timeout: float) -> dict:
+def torch_probe(python: str, env: Mapping[str, str], cann_present: bool, timeout: float) -> dict:
     child_env = dict(env)
     if not cann_present and AUTOLOAD not in child_env:
         child_env[AUTOLOAD] = "0"
@@ -104,7 +110,7 @@ def torch_probe(python: str, env: dict, cann_present: bool, timeout: float) -> d
 # ------------------------------------------------------------------ facts
 
 
-def load_stack(root: Path, env: dict, stack_file: str | None) -> dict:
+def load_stack(root: Path, env: Mapping[str, str], stack_file: str | None) -> dict:
     """The image's Stack: $PROVISION_STACK (JSON), else the stack file the build writes."""
     if env.get(STACK_ENV):
         try:
@@ -138,7 +144,7 @@ def library_facts(root: Path, rows: list[dict], live: bool) -> list[dict]:
     return out
 
 
-def gather(root: str | Path = "/", dev_root: str | Path | None = None, env: dict | None = None,
+def gather(root: str | Path = "/", dev_root: str | Path | None = None, env: Mapping[str, str] | None = None,
            stack_file: str | None = None, matrix=None, python: str | None = None, timeout: float = 180.0) -> dict:
     root = Path(root)
     env = os.environ if env is None else env
@@ -193,7 +199,7 @@ def _summary(f: dict) -> dict:
 @dataclass
 class DoctorContext:
     facts: dict
-    matrix: object
+    matrix: Matrix | None
     env: dict = field(default_factory=dict)
 
     @property
@@ -252,7 +258,7 @@ def check_torch(ctx: DoctorContext):
             yield error("torch-pair-mismatch", f"torch_npu {npu['dist_version']} is built for torch {row['torch']},"
                         f" but torch {torch['version']} is installed", f"pip install torch=={row['torch']}")
         elif pin or row:
-            basis = f"it requires {pin[0]}" if pin else f"the matrix pairs it with torch {row['torch']}"
+            basis = f"it requires {pin[0]}" if pin else f"the matrix pairs it with torch {(row or {}).get('torch')}"
             yield info("torch-pair-ok", f"torch {torch['version']} with torch_npu {npu['dist_version']} ({basis})")
         if npu.get("import_error"):
             cann_hint = ("CANN is missing in this container: build it FROM the official CANN base image"
@@ -306,7 +312,7 @@ def check_cann(ctx: DoctorContext):
 def check_libraries(ctx: DoctorContext):
     cann = bool(ctx.facts.get("cann"))
     for lib in ctx.facts.get("libraries") or []:
-        if lib["loaded"] is not False:
+        if lib["loaded"] is not False or ctx.matrix is None:  # without a matrix no library is listed
             continue
         row = next(r for r in ctx.matrix.rows("audit_libraries") if r["name"] == lib["name"])
         sev = {"error": error, "warning": warning, "info": info}[row["severity"]]
@@ -487,7 +493,7 @@ CHECKS = [
 ]
 
 
-def run(root: str | Path = "/", dev_root: str | Path | None = None, env: dict | None = None,
+def run(root: str | Path = "/", dev_root: str | Path | None = None, env: Mapping[str, str] | None = None,
         stack_file: str | None = None, matrix=None, python: str | None = None, timeout: float = 180.0) -> dict:
     """Gather the container's facts and check them; the provision.doctor/1 document."""
     env_map = os.environ if env is None else env

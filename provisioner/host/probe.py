@@ -27,7 +27,10 @@ from provisioner.host import hostfs, npusmi
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from provisioner.engine.base import Engine
+    from provisioner.shapes import HostReport
 
 SCHEMA = "provision.host/1"
 ASCEND = "/usr/local/Ascend"
@@ -55,7 +58,7 @@ def probe(
     engine: str = "auto",
     runtime_mounts: list[str] | tuple = (),
     chip_rows: list[dict] | tuple = (),
-) -> dict:
+) -> HostReport:
     """Read ``root`` into a HostReport dict (see docs/json.md, provision.host/1).
 
     engine: "auto" asks the Docker engine only when root is ``/``; "probe"
@@ -64,26 +67,28 @@ def probe(
     root = Path(root)
     is_live = root.resolve() == Path("/")
     dev = Path(dev_root) if dev_root is not None else default_dev_root(root)
-    report: dict = {"schema": SCHEMA, "root": str(root), "dev_root": str(dev), "live": is_live, "probe_errors": []}
+    report: HostReport = {"schema": SCHEMA, "root": str(root), "dev_root": str(dev), "live": is_live,
+                          "probe_errors": []}
 
     def section(name: str, fn, *args):
         try:
-            report[name] = fn(*args)
+            return fn(*args)
         except Exception as exc:  # noqa: BLE001 - one bad section must not hide the others
-            report[name] = None
             report["probe_errors"].append({"section": name, "error": f"{type(exc).__name__}: {exc}"})
+            return None
 
-    section("system", system_facts, root, is_live)
-    section("driver", driver_facts, root)
-    section("firmware", firmware_facts, root)
-    section("install_info", lambda r: hostfs.read_kv(hostfs.under(r, INSTALL_INFO)), root)
-    section("cann", find_cann, root)
-    section("npu_smi", npu_smi_facts, root, list(npu_smi_outputs), run_npu_smi, npu_smi_timeout, list(chip_rows))
-    section("devices", device_facts, dev)
-    section("account", account_facts, root, report.get("install_info"))
-    section("docker", docker_facts, root, engine == "probe" or (engine == "auto" and is_live))
-    section("runtime_paths", runtime_path_facts, root, list(runtime_mounts))
-    section("shm", shm_facts, dev)
+    report["system"] = section("system", system_facts, root, is_live)
+    report["driver"] = section("driver", driver_facts, root)
+    report["firmware"] = section("firmware", firmware_facts, root)
+    report["install_info"] = section("install_info", lambda r: hostfs.read_kv(hostfs.under(r, INSTALL_INFO)), root)
+    report["cann"] = section("cann", find_cann, root)
+    report["npu_smi"] = section("npu_smi", npu_smi_facts, root, list(npu_smi_outputs), run_npu_smi, npu_smi_timeout,
+                                list(chip_rows))
+    report["devices"] = section("devices", device_facts, dev)
+    report["account"] = section("account", account_facts, root, report.get("install_info"))
+    report["docker"] = section("docker", docker_facts, root, engine == "probe" or (engine == "auto" and is_live))
+    report["runtime_paths"] = section("runtime_paths", runtime_path_facts, root, list(runtime_mounts))
+    report["shm"] = section("shm", shm_facts, dev)
     return report
 
 
@@ -380,12 +385,13 @@ def docker_facts(root: Path, probe_engine: bool) -> dict:
     runtimes: dict = {}
     default_runtime = None
     if isinstance(daemon, dict):
-        runtimes = daemon.get("runtimes") if isinstance(daemon.get("runtimes"), dict) else {}
+        found = daemon.get("runtimes")
+        runtimes = found if isinstance(found, dict) else {}
         default_runtime = daemon.get("default-runtime")
     rt_dir = hostfs.under(root, RUNTIME_DIR)
     rt_info = hostfs.read_kv(rt_dir / "ascend_docker_runtime_install.info") if rt_dir.is_dir() else None
     ascend = runtimes.get("ascend") if isinstance(runtimes.get("ascend"), dict) else None
-    facts = {
+    facts: dict[str, Any] = {
         "binaries": [p for p in DOCKER_BINS if hostfs.under(root, p).is_file()],
         "daemon_json": {"path": DAEMON_JSON, "present": daemon is not None or daemon_error is not None,
                         "error": daemon_error, "runtimes": sorted(runtimes), "default_runtime": default_runtime},

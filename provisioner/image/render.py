@@ -25,6 +25,11 @@ from provisioner.image.labels import STACK_ID_LABEL, STACK_LABEL
 from provisioner.image.templates import raw, render_template
 from provisioner.resolve.stack import summary as stack_summary
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
 CONTEXT_SCHEMA = "provision.context/1"
 MANIFEST = "stack.json"
 # Files in a build context get this modification time (2020-01-01 UTC): fixed, so
@@ -68,7 +73,7 @@ def _tag_part(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.").lower()
 
 
-def image_tag(stack: dict, recipe, user: User | None = None) -> str:
+def image_tag(stack: Mapping[str, Any], recipe, user: User | None = None) -> str:
     """`<repository>:<cann>-<chip>-<framework><ver>-py<ver>-<stack id[:8]>` (the recipe names the repository)."""
     if stack["framework"] == "mindspore":
         fw = f"mindspore{stack['mindspore']['version']}"
@@ -81,7 +86,7 @@ def image_tag(stack: dict, recipe, user: User | None = None) -> str:
     return f"{recipe.repository}:{_tag_part('-'.join(parts))}"
 
 
-def labels(stack: dict, recipe, tag: str, project, lock_sha: str, package_set: str) -> dict[str, str]:
+def labels(stack: Mapping[str, Any], recipe, tag: str, project, lock_sha: str, package_set: str) -> dict[str, str]:
     """OCI labels plus the whole Stack as compact JSON (the contract audit and launch read back)."""
     summary = stack_summary(stack)
     return {
@@ -102,7 +107,7 @@ def labels(stack: dict, recipe, tag: str, project, lock_sha: str, package_set: s
 # ------------------------------------------------------------------ render
 
 
-def render(matrix, stack: dict, recipe, user: User | None = None, project_root: str | Path | None = None) -> Context:
+def render(matrix, stack: Mapping[str, Any], recipe, user: User | None = None, project_root: str | Path | None = None) -> Context:
     """Render the build context for `stack` with `recipe` (see the module docstring)."""
     from provisioner.image import packages, project
 
@@ -156,7 +161,7 @@ def build_inputs(pip_conf: str | None = None, gitconfig: str | None = None) -> d
     }
 
 
-def _repos(stack: dict, recipe) -> dict[str, dict]:
+def _repos(stack: Mapping[str, Any], recipe) -> dict[str, dict]:
     """Git checkouts a recipe makes: the stack's MindSpeed set refs joined with the recipe's URLs."""
     if not recipe.repos:
         return {}
@@ -173,7 +178,7 @@ def _repos(stack: dict, recipe) -> dict[str, dict]:
     return out
 
 
-def _unlocked_allowed(stack: dict, proj) -> list[str]:
+def _unlocked_allowed(stack: Mapping[str, Any], proj) -> list[str]:
     """Packages that rightly are not in the lock (installed from source in the builder stages)."""
     allowed = ["pip"]
     if stack.get("apex"):

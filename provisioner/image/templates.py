@@ -51,7 +51,8 @@ def render_template(name: str, **values) -> str:
     except jinja2.UndefinedError as exc:
         raise ProvisionError(f"templates/{name}: {exc.message}") from None
     except jinja2.TemplateError as exc:
-        where = f":{exc.lineno}" if getattr(exc, "lineno", None) else ""
+        lineno = getattr(exc, "lineno", None)  # TemplateSyntaxError has one
+        where = f":{lineno}" if lineno else ""
         raise ProvisionError(f"templates/{name}{where}: {exc}") from None
 
 

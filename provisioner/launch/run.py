@@ -25,7 +25,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TextIO
+from typing import Any, TextIO
 
 from provisioner.devices import runline
 from provisioner.devices.plan import DevicePlan
@@ -192,7 +192,7 @@ class SignalGuard:
         self.signals = signals
         self.received: list[int] = []
         self.wake = threading.Event()
-        self._old: dict[int, object] = {}
+        self._old: dict[int, Any] = {}
 
     def __enter__(self) -> SignalGuard:
         if threading.current_thread() is threading.main_thread():

@@ -64,13 +64,13 @@ def torchrun_argv(plan: DevicePlan, target: Target, nproc: int) -> list[str]:
     m = plan.multi
     if m.nnodes > 1:
         m.require_master()
-        argv += ["--nnodes", str(m.nnodes), "--node-rank", str(m.node_rank), "--master-addr", m.master_addr,
+        argv += ["--nnodes", str(m.nnodes), "--node-rank", str(m.node_rank), "--master-addr", str(m.master_addr),
                  "--master-port", str(m.master_port)]
     else:
         argv.append("--standalone")
     # --tee 3: every worker's stdout and stderr reach the console with the rank prefix.
     argv += ["--tee", "3"]
-    argv += ["-m", target.value] if target.kind == "module" else [target.value or ""]
+    argv += ["-m", target.value or ""] if target.kind == "module" else [target.value or ""]
     return argv + list(target.args)
 
 

@@ -21,6 +21,12 @@ from provisioner.matrix import cache
 from provisioner.matrix.versions import V, VersionError, parse
 from provisioner.paths import data_path
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
+
+    from provisioner.shapes import Image
+
 VERSION_KEYED = {"cann", "hdk", "firmware", "torch_npu_releases", "torch_npu", "torch", "mindspore"}
 IMAGE_TAG = re.compile(r"^(?P<chip>[0-9a-z]+)-(?P<os>[a-z]+\d+\.\d+)-py(?P<py>\d+\.\d+)(?P<devel>-devel)?$")
 ENV_VAR = "PROVISION_MATRIX"
@@ -112,6 +118,7 @@ def _build(layers) -> dict:
     from pathlib import Path
 
     from provisioner.matrix import schema
+    from provisioner.matrix.yamlio import Node
     from provisioner.matrix.yamlio import load as load_yaml
 
     merged: dict[str, dict] = {name: {} for name in schema.SECTIONS}
@@ -123,7 +130,7 @@ def _build(layers) -> dict:
             doc = load_yaml(Path(path), label)
             if doc is None:
                 continue
-            if not isinstance(doc, dict):
+            if not isinstance(doc, Node):
                 raise MatrixError(f"{label}:1: a matrix file is a mapping of sections (e.g. 'cann:', 'torch_npu:')")
             for section, rows in doc.items():
                 if section == "policy":
@@ -147,7 +154,7 @@ def _build(layers) -> dict:
                         )
                     seen[(section, key)] = row.where(spec.key)
                     _merge(merged[section], key, row, layer_name != "shipped")
-    data = {}
+    data: dict[str, Any] = {}
     for section, rows in merged.items():
         for row in rows.values():
             schema.check_complete(section, row)
@@ -184,7 +191,7 @@ def _cross_check(data: dict, merged: dict) -> None:
     """Relations between sections: every reference must name something that exists."""
     from provisioner.matrix import schema
 
-    def fail(section: str, row: dict, key: str, msg: str):
+    def fail(section: str, row: dict, key: str, msg: str) -> NoReturn:
         node = merged[section].get(_row_key(section, row[schema.SECTIONS[section].key]))
         where = node.where(key) if node is not None else row["_at"]
         raise MatrixError(f"{where}: {msg}")
@@ -331,7 +338,9 @@ class Matrix:
                 out.setdefault(V(alias).key, row)
         return out
 
-    def cann(self, version: str) -> dict | None:
+    def cann(self, version: str | None) -> dict | None:
+        if not version:
+            return None
         try:
             return self._cann_index.get(V(version).key)
         except VersionError:
@@ -345,6 +354,7 @@ class Matrix:
             cann = self.cann(row["cann"])
             for tag in row["tags"]:
                 m = IMAGE_TAG.match(tag)
+                assert cann is not None and m is not None  # checked when the matrix was loaded
                 out.setdefault(V(cann["version"]).key, []).append(
                     {
                         "tag": f"{row['cann']}-{tag}",
@@ -357,7 +367,7 @@ class Matrix:
                 )
         return out
 
-    def images(self, cann_version: str, chip: str | None = None) -> list[dict]:
+    def images(self, cann_version: str, chip: str | None = None) -> list[Image]:
         imgs = self._images.get(parse(cann_version).key, [])
         return [i for i in imgs if chip is None or i["chip"] == chip]
 
@@ -365,7 +375,9 @@ class Matrix:
         regs = self.data["registries"]
         return sorted(regs, key=lambda r: not r.get("default"))
 
-    def torch_npu(self, wheel: str) -> dict | None:
+    def torch_npu(self, wheel: str | None) -> dict | None:
+        if not wheel:
+            return None
         try:
             key = V(wheel).key
         except VersionError:

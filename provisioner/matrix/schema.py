@@ -483,7 +483,7 @@ POLICY = {
 }
 
 
-def check_row(section: str, row) -> Node:
+def check_row(section: str, row) -> dict:
     """Validate one row; raise MatrixError naming file:line of the bad field."""
     spec = SECTIONS[section]
     where = row.where if isinstance(row, Node) else (lambda key=None: section)

@@ -15,12 +15,18 @@ from provisioner.errors import ResolveError
 from provisioner.matrix import cache
 from provisioner.resolve.request import build
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from provisioner.matrix.loader import Matrix
+    from provisioner.resolve.request import Request
+    from provisioner.shapes import Stack
 
-def cached_resolve(matrix, req) -> dict:
+
+def cached_resolve(matrix: Matrix, req: Request) -> Stack:
     """`solve.resolve(matrix, req)`, answered from the cache when the same inputs were resolved before."""
     key = cache.fingerprint(matrix.fingerprint, json.dumps(req.as_dict(), sort_keys=True, default=list))
     name = f"resolve-{key}.json"
-    hit = cache.read(name) if matrix.fingerprint else None
+    hit: dict | None = cache.read(name) if matrix.fingerprint else None
     if hit is None:
         from provisioner.resolve import solve
 
@@ -35,7 +41,7 @@ def cached_resolve(matrix, req) -> dict:
     raise ResolveError(hit["message"], reasons=hit["reasons"], alternatives=hit["alternatives"])
 
 
-def stack_for(overlays, options: dict):
+def stack_for(overlays, options: dict) -> tuple[Matrix, Stack]:
     """Load the matrix (with overlays), build the request and resolve it (cached).
 
     Returns (matrix, stack); a refusal raises ResolveError, bad input ProvisionError.

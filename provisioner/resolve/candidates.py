@@ -11,16 +11,21 @@ this; the explanations of a refusal live in explain.py.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from provisioner.matrix.versions import any_match, parse, py_range
 from provisioner.resolve.driverfit import driver_fit
 from provisioner.resolve.request import Request
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from provisioner.matrix.loader import Matrix
+    from provisioner.shapes import Candidate, Image
 
-def in_specs(specs, version: str) -> bool:
-    return any_match(specs, version)
+
+def in_specs(specs, version: str | None) -> bool:
+    return version is not None and any_match(specs, version)
 
 
 def same(a: str | None, b: str | None) -> bool:
@@ -42,7 +47,7 @@ def same_torch(requested: str, torch: str) -> bool:
 class Context:
     """Card, family and the matrix, plus the chip's candidate list (built once)."""
 
-    def __init__(self, matrix, req: Request, card: dict, family: dict):
+    def __init__(self, matrix: Matrix, req: Request, card: dict, family: dict):
         self.m = matrix
         self.req = req
         self.card = card
@@ -51,7 +56,7 @@ class Context:
         pref = matrix.policy.get("python_preference", [])
         self.py_rank = {p: i for i, p in enumerate(pref)}
         self.os_rank = {o: i for i, o in enumerate(matrix.policy.get("os_preference", []))}
-        self._base: list[dict] | None = None
+        self._base: list[Candidate] | None = None
 
     # CANN rows a stack may use: releases, plus a pre-release named exactly.
     def cann_rows(self) -> list[dict]:
@@ -61,19 +66,20 @@ class Context:
                 rows.append(row)
         return rows
 
-    def images(self, cann_row: dict) -> list[dict]:
+    def images(self, cann_row: dict) -> list[Image]:
         if self.req.base_image:
             # A custom base: its OS and Python are the user's business; offer
             # every Python the preference list knows, the ranges below decide.
-            return [
-                {"tag": None, "chip": self.chip, "os": "custom", "python": p, "devel": False, "source": []}
-                for p in self.py_rank
-            ]
+            custom: list[Image] = []
+            for python in self.py_rank:
+                custom.append({"tag": None, "chip": self.chip, "os": "custom", "python": python, "devel": False,
+                               "source": []})
+            return custom
         if not self.chip:
             return []
         return [i for i in self.m.images(cann_row["version"], self.chip) if not i["devel"]]
 
-    def base(self) -> list[dict]:
+    def base(self) -> list[Candidate]:
         if self._base is None:
             framework = self.req.framework or "pytorch"
             self._base = list(_mindspore(self) if framework == "mindspore" else _pytorch(self))
@@ -84,7 +90,7 @@ def python_ok(py: str, *ranges: str | None) -> bool:
     return all(r is None or py in py_range(r) for r in ranges)
 
 
-def _pytorch(ctx: Context):
+def _pytorch(ctx: Context) -> Iterator[Candidate]:
     m = ctx.m
     canns = [(c, ctx.images(c), [parse(a) for a in [c["version"], *c.get("aliases", [])]]) for c in ctx.cann_rows()]
     for wheel in m.rows("torch_npu"):
@@ -130,7 +136,7 @@ def _pytorch(ctx: Context):
                 }
 
 
-def _mindspore(ctx: Context):
+def _mindspore(ctx: Context) -> Iterator[Candidate]:
     for ms in ctx.m.rows("mindspore"):
         cann = ctx.m.cann(ms["cann"])
         if cann is None or cann not in ctx.cann_rows():
@@ -169,18 +175,21 @@ class Constraint:
 
     name: str
     flag: str
-    test: Callable[[dict], bool]
+    test: Callable[[Candidate], bool]
     dim: str  # the candidate field this constraint mostly speaks about
 
 
-def bundles_for(ctx: Context, cand: dict) -> list[dict]:
+def bundles_for(ctx: Context, cand: Candidate) -> list[dict]:
     """The MindSpeed-LLM/RL release sets that fit a candidate (and the pinned refs, if any)."""
     pins = dict(ctx.req.pins)
-    out = []
+    torch = cand.get("torch")
+    out: list[dict] = []
+    if torch is None:
+        return out  # MindSpore stacks carry no MindSpeed
     for b in ctx.m.rows("llm_bundles"):
         if b.get("families") and ctx.family["id"] not in b["families"]:
             continue
-        if not any(same_torch(t, cand["torch"]) for t in b["torch"]):
+        if not any(same_torch(t, torch) for t in b["torch"]):
             continue
         canns = b.get("cann", [])
         if not (any(same(c, cand["cann"]) for c in canns) or in_specs(b.get("cann_compatible"), cand["cann"])):
@@ -208,50 +217,58 @@ def extra_row(ctx: Context, name: str) -> dict | None:
 
 
 def build_constraints(ctx: Context) -> list[Constraint]:
+    """One Constraint per constraint of the request (the value each tests is bound when it is built)."""
     req = ctx.req
     out: list[Constraint] = []
-    if req.cann:
-        out.append(Constraint("cann", f"--cann {req.cann}", lambda c: same(c["cann"], req.cann)
-                              or any(same(a, req.cann) for a in c["cann_row"].get("aliases", [])), "cann"))
-    if req.torch:
-        out.append(Constraint("torch", f"--torch {req.torch}", lambda c: c["torch"] is not None
-                              and same_torch(req.torch, c["torch"]), "torch"))
-    if req.torch_npu:
-        out.append(Constraint("torch_npu", f"--torch-npu {req.torch_npu}",
-                              lambda c: same(c["torch_npu"], req.torch_npu), "torch_npu"))
-    if req.mindspore:
-        out.append(Constraint("mindspore", f"--mindspore {req.mindspore}",
-                              lambda c: same(c.get("mindspore"), req.mindspore), "mindspore"))
+    if (cann := req.cann):
+        out.append(Constraint("cann", f"--cann {cann}", lambda c: same(c["cann"], cann)
+                              or any(same(a, cann) for a in c["cann_row"].get("aliases", [])), "cann"))
+    if (torch := req.torch):
+        out.append(Constraint("torch", f"--torch {torch}", lambda c: (have := c["torch"]) is not None
+                              and same_torch(torch, have), "torch"))
+    if (torch_npu := req.torch_npu):
+        out.append(Constraint("torch_npu", f"--torch-npu {torch_npu}",
+                              lambda c: same(c["torch_npu"], torch_npu), "torch_npu"))
+    if (mindspore := req.mindspore):
+        out.append(Constraint("mindspore", f"--mindspore {mindspore}",
+                              lambda c: same(c.get("mindspore"), mindspore), "mindspore"))
     if req.python:
         want = parse(req.python).minor()
         out.append(Constraint("python", f"--python {req.python}", lambda c: parse(c["python"]).minor() == want, "python"))
-    if req.os:
-        out.append(Constraint("os", f"--os {req.os}", lambda c: c["os"].lower() == req.os.lower(), "os"))
-    if req.driver:
-        out.append(Constraint("driver", f"--driver {req.driver}",
-                              lambda c: driver_fit(req.driver, c["cann_row"], ctx.m) != "no", "cann"))
+    if (os_name := req.os):
+        out.append(Constraint("os", f"--os {os_name}", lambda c: c["os"].lower() == os_name.lower(), "os"))
+    if (driver := req.driver):
+        out.append(Constraint("driver", f"--driver {driver}",
+                              lambda c: driver_fit(driver, c["cann_row"], ctx.m) != "no", "cann"))
     if req.dtype:
-        ok = req.dtype != "bf16" or ctx.family["bf16"]
-        out.append(Constraint("dtype", f"--dtype {req.dtype}", lambda c, ok=ok: ok, "dtype"))
+        ok = req.dtype != "bf16" or bool(ctx.family["bf16"])
+        out.append(Constraint("dtype", f"--dtype {req.dtype}", lambda c: ok, "dtype"))
     for extra in req.extras:
         if extra == "apex":
-            apex = apex_row(ctx)
-            out.append(Constraint("apex", "--with apex", lambda c, r=apex["python"]: c["python"] in py_range(r), "python"))
+            out.append(Constraint("apex", "--with apex", _python_in(apex_row(ctx)["python"]), "python"))
         elif extra == "mindspeed-llm":
             label = "--with mindspeed-llm" + (" (pinned refs)" if req.pins else "")
             out.append(Constraint("mindspeed-llm", label, lambda c: bool(bundles_for(ctx, c)), "torch"))
         elif extra == "deepspeed":
-            row = extra_row(ctx, "deepspeed")
-            out.append(Constraint("deepspeed", "--with deepspeed",
-                                  lambda c, r=row: python_ok(c["python"], r.get("python"))
-                                  and (not r.get("torch") or in_specs(r["torch"], c["torch"])), "python"))
+            out.append(Constraint("deepspeed", "--with deepspeed", _fits_extra(extra_row(ctx, "deepspeed") or {}),
+                                  "python"))
     return out
+
+
+def _python_in(python_range: str) -> Callable[[Candidate], bool]:
+    return lambda c: c["python"] in py_range(python_range)
+
+
+def _fits_extra(row: dict) -> Callable[[Candidate], bool]:
+    """An extras row's Python range and torch specs as a test."""
+    return lambda c: python_ok(c["python"], row.get("python")) and (
+        not row.get("torch") or in_specs(row["torch"], c["torch"]))
 
 
 # ------------------------------------------------------------------ ranking
 
 
-def penalties(ctx: Context, cand: dict) -> list[str]:
+def penalties(ctx: Context, cand: Candidate) -> list[str]:
     soft = list(cand["soft"])
     req = ctx.req
     if "apex" in req.extras and cand["torch"]:
@@ -271,7 +288,7 @@ def penalties(ctx: Context, cand: dict) -> list[str]:
     return soft
 
 
-def score(ctx: Context, cand: dict):
+def score(ctx: Context, cand: Candidate) -> tuple:
     """Larger is better: fewer soft problems, then newest torch/wheel/CANN, then preferences."""
     soft = penalties(ctx, cand)
     newest = (
@@ -288,5 +305,5 @@ def score(ctx: Context, cand: dict):
     )
 
 
-def best(ctx: Context, cands: list[dict]) -> dict:
+def best(ctx: Context, cands: list[Candidate]) -> Candidate:
     return max(cands, key=lambda c: score(ctx, c))

@@ -10,12 +10,16 @@ from provisioner.matrix.versions import parse, sort_versions, span
 from provisioner.resolve.candidates import Constraint, Context, apex_row, bundles_for, same, same_torch
 from provisioner.resolve.driverfit import driver_fit, hdk_row, hdk_summary
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from provisioner.shapes import Candidate
+
 _DIM_LABEL = {"cann": "CANN", "torch": "torch", "torch_npu": "torch_npu", "python": "Python", "os": "OS",
               "mindspore": "MindSpore", "dtype": "dtype"}
 
 
-def _values(cands: list[dict], dim: str) -> list[str]:
-    vals = {c[dim] for c in cands if c.get(dim)}
+def _values(cands: list[Candidate], dim: str) -> list[str]:
+    vals = {str(v) for c in cands if (v := c.get(dim))}
     if dim in ("os",):
         return sorted(vals)
     return sort_versions(vals)
@@ -29,11 +33,11 @@ def _alone_reason(ctx: Context, con: Constraint) -> str:
     if con.name == "dtype":
         return (f"{fam['name']} has no bf16 ({fam.get('bf16_note') or 'not supported'});"
                 " use --dtype fp16 (with dynamic loss scaling) or an A2/A3 card")
-    if con.name == "torch_npu":
-        row = m.torch_npu(req.torch_npu)
-        prefix = ".".join(str(x) for x in parse(req.torch_npu).release[:3])
-        same_line = [r["wheel"] for r in m.rows("torch_npu") if r.get("cann") and r["torch"] == prefix]
-        pypi = [w for w in same_line if m.torch_npu(w)["on_pypi"]]
+    if con.name == "torch_npu" and (want := req.torch_npu):
+        row = m.torch_npu(want)
+        prefix = ".".join(str(x) for x in parse(want).release[:3])
+        same_line = [r for r in m.rows("torch_npu") if r.get("cann") and r["torch"] == prefix]
+        pypi = [r["wheel"] for r in same_line if r["on_pypi"]]
         hint = f"; torch {prefix} builds on PyPI: {', '.join(sort_versions(pypi))}" if pypi else ""
         if row is None:
             return f"torch_npu {req.torch_npu} is neither on PyPI nor in the official compatibility table{hint}"
@@ -52,12 +56,12 @@ def _alone_reason(ctx: Context, con: Constraint) -> str:
             return f"CANN {req.cann} is not in the matrix (releases: {span(known)})"
         imgs = [i for i in m.images(row["version"], ctx.chip) if not i["devel"]] if ctx.chip else []
         if not req.base_image and not imgs:
-            chips = sorted({i["chip"] for i in m.images(row["version"])})
+            chips = sorted({c for i in m.images(row["version"]) if (c := i["chip"])})
             return (f"no official CANN {row['version']} base image exists for chip {chip}"
                     f" (CANN {row['version']} images: {', '.join(chips) or 'none'}); pass --base-image to use your own")
         return f"no torch_npu/MindSpore build in the matrix works with CANN {row['version']} on chip {chip}"
-    if con.name == "torch":
-        wheels = [r for r in m.rows("torch_npu") if r.get("cann") and same_torch(req.torch, r["torch"])]
+    if con.name == "torch" and (want := req.torch):
+        wheels = [r for r in m.rows("torch_npu") if r.get("cann") and same_torch(want, r["torch"])]
         if not wheels:
             lines = sort_versions({r["torch"] for r in m.rows("torch_npu") if r.get("cann")})
             return f"torch {req.torch} has no torch_npu build with a published CANN pairing (torch lines: {', '.join(lines)})"
@@ -85,8 +89,8 @@ def _alone_reason(ctx: Context, con: Constraint) -> str:
         return f"no stack for chip {chip} offers Python {req.python} (available: {', '.join(_values(base, 'python'))})"
     if con.name == "os":
         return f"no official image for chip {chip} runs {req.os} (available: {', '.join(_values(base, 'os'))})"
-    if con.name == "driver":
-        fits = [r["version"] for r in ctx.cann_rows() if driver_fit(req.driver, r, m) == "ok"]
+    if con.name == "driver" and (driver := req.driver):
+        fits = [r["version"] for r in ctx.cann_rows() if driver_fit(driver, r, m) == "ok"]
         where = f"it is paired with or listed for CANN {', '.join(fits)}" if fits else "no CANN release lists it"
         return f"driver {req.driver} is too old for every CANN with an official image for chip {chip}; {where}"
     if con.name == "apex":
@@ -102,24 +106,23 @@ def _alone_reason(ctx: Context, con: Constraint) -> str:
     return f"{con.flag} cannot be met on {ctx.card['id']}"
 
 
-def _describe(ctx: Context, con: Constraint, cands: list[dict], dim: str) -> str | None:
+def _describe(ctx: Context, con: Constraint, cands: list[Candidate], dim: str) -> str | None:
     vals = _values(cands, dim)
     label = _DIM_LABEL.get(dim, dim)
+    cann_row = ctx.m.cann(ctx.req.cann)
     if con.name == dim:
-        if con.name == "cann" and ctx.m.cann(ctx.req.cann):
-            row = ctx.m.cann(ctx.req.cann)
-            return f"CANN {row['version']} needs HDK {hdk_summary(hdk_row(ctx.m, row)[0])}"
+        if con.name == "cann" and cann_row:
+            return f"CANN {cann_row['version']} needs HDK {hdk_summary(hdk_row(ctx.m, cann_row)[0])}"
         return None  # "--python 3.11 works with Python 3.11" says nothing
     if con.name == "apex":
         apex = apex_row(ctx)
         return f"Ascend Apex builds only for Python {apex['python']} ({apex.get('python_note', '')})"
-    if con.name == "driver" and dim == "cann":
-        fits = [v for v in vals if driver_fit(ctx.req.driver, ctx.m.cann(v), ctx.m) == "ok"]
+    if con.name == "driver" and dim == "cann" and (driver := ctx.req.driver):
+        fits = [v for v in vals if (row := ctx.m.cann(v)) and driver_fit(driver, row, ctx.m) == "ok"]
         return f"driver {ctx.req.driver} fits CANN {span(fits or vals)}"
-    if con.name == "cann" and dim != "cann" and ctx.m.cann(ctx.req.cann):
-        row = ctx.m.cann(ctx.req.cann)
+    if con.name == "cann" and dim != "cann" and cann_row:
         if dim in ("torch", "torch_npu", "mindspore", "python", "os"):
-            return f"CANN {row['version']} works with {label} {span(vals)}"
+            return f"CANN {cann_row['version']} works with {label} {span(vals)}"
     if con.name == "torch" and dim == "cann":
         wheels = {c["torch_npu"]: c["wheel"]["cann"] for c in cands
                   if c["wheel"].get("in_table", True) and c["wheel"]["on_pypi"]}

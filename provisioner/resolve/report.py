@@ -3,11 +3,16 @@ lines, the warnings. Plain text, no imports: the fast path of `provision resolve
 
 from __future__ import annotations
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
 _ORDER = ["card", "task", "arch", "base_image", "cann", "driver", "os", "python", "torch", "torch_requirement",
           "torch_npu", "mindspore", "apex", "deepspeed", "mindspeed_llm", "dtype", "host_os"]
 
 
-def format_stack(stack: dict) -> str:
+def format_stack(stack: Mapping[str, Any]) -> str:
     """The human report of `provision resolve`: every choice with its reason, the install lines, warnings."""
     head = f"stack {stack['id']}" + (f" (profile {stack['profile']})" if stack.get("profile") else "")
     lines = [head]

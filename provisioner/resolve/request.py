@@ -19,6 +19,27 @@ class Request:
     _DEFAULTS = {"extras": (), "pins": (), "arch_from_host": False}
     __slots__ = FIELDS
 
+    # The fields (annotations only: the slots hold the values).
+    card: str
+    task: str | None
+    framework: str | None
+    cann: str | None
+    torch: str | None
+    torch_npu: str | None
+    mindspore: str | None
+    python: str | None
+    arch: str
+    os: str | None
+    driver: str | None
+    dtype: str | None
+    extras: tuple[str, ...]
+    pins: tuple[tuple[str, str], ...]
+    base_image: str | None
+    registry: str | None
+    profile: str | None
+    host_os: str | None
+    arch_from_host: bool
+
     def __init__(self, **values):
         unknown = set(values) - set(self.FIELDS)
         if unknown:

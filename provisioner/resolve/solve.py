@@ -19,6 +19,11 @@ from provisioner.resolve.explain import explain_failure
 from provisioner.resolve.request import Request
 from provisioner.resolve.stack import make_stack
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from provisioner.matrix.loader import Matrix
+    from provisioner.shapes import Candidate, Stack
+
 MAX_ALTERNATIVES = 3
 
 
@@ -27,9 +32,9 @@ class Outcome:
     """What solving one card gave: the chosen candidate, or the reasons and the relaxed alternatives."""
 
     ctx: Context
-    cand: dict | None
+    cand: Candidate | None
     reasons: list[str]
-    alternatives: list[tuple[list[str], Context, dict]]  # (dropped flags, ctx, candidate)
+    alternatives: list[tuple[list[str], Context, Candidate]]  # (dropped flags, ctx, candidate)
 
 
 def _masks(ctx: Context, cons: list[Constraint]) -> dict[str, list[bool]]:
@@ -37,13 +42,13 @@ def _masks(ctx: Context, cons: list[Constraint]) -> dict[str, list[bool]]:
     return {c.name: [c.test(x) for x in base] for c in cons}
 
 
-def _pick(ctx: Context, masks: dict[str, list[bool]], names: list[str]) -> dict | None:
+def _pick(ctx: Context, masks: dict[str, list[bool]], names: list[str]) -> Candidate | None:
     base = ctx.base()
     alive = [x for i, x in enumerate(base) if all(masks[n][i] for n in names)]
     return best(ctx, alive) if alive else None
 
 
-def solve(matrix, req: Request, card: dict, family: dict) -> Outcome:
+def solve(matrix: Matrix, req: Request, card: dict, family: dict) -> Outcome:
     ctx = Context(matrix, req, card, family)
     cons = build_constraints(ctx)
     masks = _masks(ctx, cons)
@@ -78,7 +83,7 @@ def training_refusal(family: dict, card: dict) -> str | None:
     return None
 
 
-def resolve(matrix, req: Request) -> dict:
+def resolve(matrix: Matrix, req: Request) -> Stack:
     """Return a Stack dict, or raise ResolveError with reasons and alternative stacks."""
     card, family, via_alias = matrix.lookup_card(req.card)
     task = req.task or matrix.policy.get("default_task", "train")
