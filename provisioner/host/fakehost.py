@@ -4,7 +4,8 @@ every reader (probe, audit, device planner, launch) takes as it would take `/` a
 A fixture host is a directory holding
   tree/         files copied as-is into the fake root (version.info, /etc/passwd, npu-smi stand-ins, ...)
   devices.txt   one device node per line: `name type major minor mode uid gid` (type c or b; `#` comments)
-  modes.txt     `path mode` lines for modes git cannot keep (group-writable files), optional
+  modes.txt     `path mode` lines for modes git cannot keep (group-writable files), optional; every other
+                path gets the mode a root install gives it, whatever the checkout's umask
 
 Device nodes are made in one of two ways:
 - "mknod": real nodes (needs root), which a container can open; with `null_numbers` every node gets
@@ -100,6 +101,18 @@ def make_nodes(dev_root: Path, nodes: list[Node], how: str = "simulated", null_n
         hostfs.simulate(simulated)
 
 
+def installed_modes(root: Path) -> None:
+    """The modes a root install leaves (directories 0755, files 0644, 0755 if executable), whatever the
+    checkout's umask gave the fixture files (git archives and group umasks make them group-writable)."""
+    for path in [root, *root.rglob("*")]:
+        if path.is_symlink():
+            continue
+        if path.is_dir():
+            os.chmod(path, 0o755)
+        else:
+            os.chmod(path, 0o755 if path.stat().st_mode & 0o111 else 0o644)
+
+
 def apply_modes(src: Path, root: Path) -> None:
     """modes.txt of a fixture host: `path mode` lines applied to the copied tree."""
     spec = src / "modes.txt"
@@ -126,6 +139,7 @@ def materialize(src: Path, dest: Path, nodes: str | None = None, null_numbers: b
         shutil.copytree(src / "tree", root, symlinks=True)
     else:
         root.mkdir(parents=True)
+    installed_modes(root)
     apply_modes(src, root)
     dev_root = Path(dest) / src.name / "dev"
     devices = src / "devices.txt"
@@ -179,6 +193,7 @@ def card_host(base: Path, matrix, card: str, chips: int, driver: str | None = No
     (root / "etc" / "ascend_install.info").write_text(f"Driver_Install_Path_Param={install}\n")
     (root / "usr" / "local" / "dcmi").mkdir(parents=True)
     install_npu_smi(root)
+    installed_modes(root)
     how = nodes or default_nodes()
     dev = Path(base) / "dev"
     make_nodes(dev, [Node(n, "c", *NULL, 0o660, account_id, account_id) for n in names], how)
