@@ -32,11 +32,11 @@ CARD = "300T-A2"
 
 def _context(base: str, project_root: Path | None):
     from provisioner.image import recipes, render
-    from provisioner.matrix import loader as matrix
+    from provisioner.matrix import loader
     from provisioner.matrix.yamlio import load
     from provisioner.resolve import cached, request
 
-    m = matrix.load([str(OVERLAY)])
+    m = loader.load([str(OVERLAY)])
     torch = m.torch_npu(load(OVERLAY)["torch_npu"][0]["wheel"])["torch"]
     stack = cached.cached_resolve(m, request.build(m, card=CARD, torch=torch, base_image=base))
     return render.render(m, stack, recipes.choose(stack), project_root=project_root)

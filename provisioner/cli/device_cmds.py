@@ -186,9 +186,9 @@ def run_cmd(overlays, as_json, image, command, mode, user, name, rank_table, sta
     """
     from provisioner.devices import enginefacts, runline
     from provisioner.devices import plan as devices
-    from provisioner.matrix import loader as matrix
+    from provisioner.matrix import loader
 
-    m = matrix.load(list(overlays or ()))
+    m = loader.load(list(overlays or ()))
     multi_node(kw).require_master()
     stack = _load_stack(stack_file) if stack_file else None
     facts, skipped, notes = None, None, []
@@ -243,9 +243,9 @@ def cdi_cmd(overlays, as_json, output, fmt, **kw):
     """Write a CDI spec (kind ascend.com/npu) so `--device ascend.com/npu=0` works in Docker >= 25 and Podman."""
     from provisioner.devices import cdi
     from provisioner.devices import plan as devices
-    from provisioner.matrix import loader as matrix
+    from provisioner.matrix import loader
 
-    m = matrix.load(list(overlays or ()))
+    m = loader.load(list(overlays or ()))
     opts = plan_options(m, kw, check_in_use=False)
     opts.task = None
     try:
@@ -284,9 +284,9 @@ def k8s_cmd(overlays, as_json, image, command, volcano, name, namespace, config,
     """
     from provisioner.devices import k8s
     from provisioner.devices import plan as devices
-    from provisioner.matrix import loader as matrix
+    from provisioner.matrix import loader
 
-    m = matrix.load(list(overlays or ()))
+    m = loader.load(list(overlays or ()))
     opts = plan_options(m, kw, check_in_use=False)
     try:
         plan = devices.plan(m, opts)
@@ -321,9 +321,9 @@ def ranktable_cmd(overlays, as_json, host_roots, host_ips, container_ips, device
     from provisioner import chipids
     from provisioner.devices import ranktable
     from provisioner.errors import ProvisionError
-    from provisioner.matrix import loader as matrix
+    from provisioner.matrix import loader
 
-    m = matrix.load(list(overlays or ()))
+    m = loader.load(list(overlays or ()))
     for flag, values in (("--host-ip", host_ips), ("--container-ip", container_ips)):
         if values and len(values) != len(host_roots):
             raise ProvisionError(f"{flag} given {len(values)} times for {len(host_roots)} --host-root; give one per host")

@@ -63,14 +63,14 @@ def launch_cmd(overlays, as_json, image, check, check_only, module, script, exec
     from provisioner.devices import plan as devices
     from provisioner.launch import run as launch
     from provisioner.launch import torchrun
-    from provisioner.matrix import loader as matrix
+    from provisioner.matrix import loader
 
     target = _target(module, script, exec_, check_only, args)
     multi_node(kw).require_master()
     user_env = torchrun.parse_env(env, dict(os.environ))
     mounts = [torchrun.parse_volume(v) for v in volumes]
     extra_labels = launch.parse_labels(labels)
-    m = matrix.load(list(overlays or ()))
+    m = loader.load(list(overlays or ()))
     engine = launch.connect()
     try:
         info = launch.inspect_image(engine, image)

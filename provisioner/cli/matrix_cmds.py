@@ -129,9 +129,9 @@ SECTION_COLUMNS = {
 @json_option
 def matrix_cmd(card, sections, overlays, as_json):
     """Show the compatibility matrix rows (a table, or JSON with --json)."""
-    from provisioner.matrix import loader as matrix_mod
+    from provisioner.matrix import loader
 
-    m = matrix_mod.load(list(overlays))
+    m = loader.load(list(overlays))
     data = {k: v for k, v in m.data.items() if k != "policy"}
     family = None
     if card:

@@ -16,11 +16,11 @@ CARD = "300T-A2"
 
 def _demo_torch() -> str:
     """The torch line of the overlay's torch_npu wheel (versions stay in data, not in this file)."""
-    from provisioner.matrix import loader as matrix
+    from provisioner.matrix import loader
     from provisioner.matrix.yamlio import load
 
     wheel = load(OVERLAY)["torch_npu"][0]["wheel"]
-    row = matrix.load([str(OVERLAY)]).torch_npu(wheel)
+    row = loader.load([str(OVERLAY)]).torch_npu(wheel)
     if row is None:
         raise SystemExit(f"demo: {OVERLAY.name} names torch_npu {wheel}, which the matrix does not load")
     return row["torch"]

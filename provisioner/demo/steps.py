@@ -31,9 +31,9 @@ def step(title: str, args: list[str], expect: tuple[int, ...] = (0,)) -> int:
 
 def resolve_steps() -> None:
     step("The newest consistent stack for an Atlas 300T A2", ["resolve", "--card", "300T-A2"])
-    from provisioner.matrix import loader as matrix
+    from provisioner.matrix import loader
 
-    m = matrix.load()
+    m = loader.load()
     for n, name in enumerate(SEEDS):
         seed = m.profile(name)
         label = f"Seed {chr(ord('A') + n)}"

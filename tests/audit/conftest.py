@@ -22,9 +22,9 @@ def audit_host(tmp_path):
 
 @pytest.fixture(scope="session")
 def matrix():
-    from provisioner.matrix import loader as m
+    from provisioner.matrix import loader
 
-    return m.load()
+    return loader.load()
 
 
 @pytest.fixture

@@ -208,11 +208,11 @@ def test_npu_smi_timeout_is_a_warning(audit_host, capsys):
 def test_engine_unreachable_finding(audit_host, capsys, monkeypatch):
     from provisioner.host import audit
     from provisioner.host import probe as host
-    from provisioner.matrix import loader as matrix
+    from provisioner.matrix import loader
 
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     h = audit_host("seed-800ta2")
-    m = matrix.load()
+    m = loader.load()
     rep = host.probe(h.root, h.dev_root, engine="probe", chip_rows=m.rows("chips"))
     doc = audit.audit(rep, m)
     assert ("info", "docker-engine-unreachable") in ids(doc) and doc["exit_code"] == 0

@@ -9,7 +9,7 @@ import pytest
 
 from provisioner.devices import enginefacts
 from provisioner.devices import plan as devices
-from provisioner.matrix import loader as matrix
+from provisioner.matrix import loader
 from tests.helpers import golden as goldens
 from tests.helpers import hosts
 
@@ -18,7 +18,7 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 
 @pytest.fixture(scope="session")
 def shipped():
-    return matrix.load()
+    return loader.load()
 
 
 @pytest.fixture(scope="session")

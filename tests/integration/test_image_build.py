@@ -189,11 +189,11 @@ def test_trusted_ca_leaves_no_trace_in_the_image(docker_client, provision_image)
 def test_code_only_change_rebuilds_only_the_project_layer(base_image, wheelhouse, provision_image, tmp_path,
                                                          docker_client):
     from provisioner.image import build, recipes, render
-    from provisioner.matrix import loader as matrix
+    from provisioner.matrix import loader
     from provisioner.resolve import cached, request
 
     copy = edited_project_copy(tmp_path / "src", f"edited by {__name__} at {time.time_ns()}")
-    m = matrix.load([str(OVERLAY)])
+    m = loader.load([str(OVERLAY)])
     stack = cached.cached_resolve(m, request.build(m, card=CARD, torch=TORCH, base_image=base_image))
     ctx = render.render(m, stack, recipes.choose(stack), project_root=copy)
     assert ctx.tag == provision_image

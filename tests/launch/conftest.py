@@ -14,7 +14,7 @@ import pytest
 
 from provisioner.devices import plan as devices
 from provisioner.host import fakehost
-from provisioner.matrix import loader as matrix
+from provisioner.matrix import loader
 from tests.helpers import hosts
 
 # torch_npu without CANN breaks `import torch` unless autoloading is off; the shared
@@ -30,7 +30,7 @@ def launch_image(provision_image):
 
 @pytest.fixture(scope="session")
 def shipped():
-    return matrix.load()
+    return loader.load()
 
 
 @pytest.fixture
