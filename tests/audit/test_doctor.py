@@ -62,8 +62,8 @@ def test_no_npu_machine_is_reported_honestly(cpu_doc):
 
 
 def test_doctor_never_imports_torch_itself(tmp_path):
-    code = ("import sys; from provisioner.host import doctor; from provisioner.matrix import loader as matrix;"
-            f" d = doctor.run('/', {str(tmp_path)!r}, matrix=matrix.load());"
+    code = ("import sys; from provisioner.host import doctor; from provisioner.matrix import loader;"
+            f" d = doctor.run('/', {str(tmp_path)!r}, matrix=loader.load());"
             " assert 'torch' not in sys.modules, 'torch imported in the doctor process';"
             " print(d['exit_code'])")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)

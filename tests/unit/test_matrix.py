@@ -145,7 +145,7 @@ def test_cli_reports_matrix_error_with_exit_2(tmp_path):
 
 def test_warm_cache_skips_yaml(tmp_path):
     env = {"PROVISION_CACHE": str(tmp_path / "c"), "PATH": "/usr/bin:/bin"}
-    code = "import sys; from provisioner.matrix import loader as matrix; loader.load(); print(json.dumps('yaml' in sys.modules))"
+    code = "import sys; from provisioner.matrix import loader; loader.load(); print(json.dumps('yaml' in sys.modules))"
     code = "import json; " + code
     first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     second = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
