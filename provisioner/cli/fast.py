@@ -51,7 +51,6 @@ def try_resolve(args: list[str]) -> int | None:
     from provisioner.cli import text
     from provisioner.cli.options import pop_resolve
     from provisioner.resolve.cached import stack_for
-    from provisioner.resolve.report import format_stack
 
     as_json = values.pop("as_json")
     overlays = values.pop(MATRIX.dest, ())
@@ -63,5 +62,7 @@ def try_resolve(args: list[str]) -> int | None:
     if as_json:
         text.emit_json({"schema": text.RESOLVE_SCHEMA, "status": "ok", "stack": stack})
     else:
+        from provisioner.resolve.report import format_stack
+
         print(format_stack(stack))
     return 0

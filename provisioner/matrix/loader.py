@@ -18,7 +18,6 @@ from functools import cached_property
 
 from provisioner.errors import MatrixError
 from provisioner.matrix import cache
-from provisioner.matrix.versions import V, VersionError, parse
 from provisioner.paths import data_path
 
 TYPE_CHECKING = False
@@ -32,11 +31,19 @@ IMAGE_TAG = re.compile(r"^(?P<chip>[0-9a-z]+)-(?P<os>[a-z]+\d+\.\d+)-py(?P<py>\d
 ENV_VAR = "PROVISION_MATRIX"
 
 
+def _key(text: str) -> tuple:
+    """A version's ordering key (matrix/versions.py is imported when first needed: a warm
+    `provision resolve` never needs it)."""
+    from provisioner.matrix.versions import parse
+
+    return parse(text).key
+
+
 def _row_key(section: str, value) -> tuple | str:
     if section in VERSION_KEYED:
         try:
-            return V(str(value)).key
-        except VersionError:
+            return _key(str(value))
+        except ValueError:  # VersionError
             return str(value)
     return str(value).lower()
 
@@ -232,18 +239,18 @@ def _cross_check(data: dict, merged: dict) -> None:
 
     cann_keys = set()
     for row in data["cann"]:
-        cann_keys.add(V(row["version"]).key)
+        cann_keys.add(_key(row["version"]))
         for alias in row.get("aliases", []):
-            cann_keys.add(V(alias).key)
+            cann_keys.add(_key(alias))
 
     def need_cann(section, row, key, value):
-        if value is not None and V(value).key not in cann_keys:
+        if value is not None and _key(value) not in cann_keys:
             fail(section, row, key, f"{section} row {row[schema.SECTIONS[section].key]!r} names CANN {value!r}, which is not in the matrix")
 
-    products = {V(r["product"]).key for r in data["torch_npu_releases"]}
+    products = {_key(r["product"]) for r in data["torch_npu_releases"]}
     for row in data["torch_npu"]:
         need_cann("torch_npu", row, "cann", row.get("cann"))
-        if row.get("product") and V(row["product"]).key not in products:
+        if row.get("product") and _key(row["product"]) not in products:
             fail("torch_npu", row, "product", f"torch_npu row {row['wheel']!r} names unknown TorchNPU release {row['product']!r}")
     for row in data["mindspore"]:
         need_cann("mindspore", row, "cann", row["cann"])
@@ -333,17 +340,17 @@ class Matrix:
     def _cann_index(self) -> dict:
         out = {}
         for row in self.data["cann"]:
-            out[V(row["version"]).key] = row
+            out[_key(row["version"])] = row
             for alias in row.get("aliases", []):
-                out.setdefault(V(alias).key, row)
+                out.setdefault(_key(alias), row)
         return out
 
     def cann(self, version: str | None) -> dict | None:
         if not version:
             return None
         try:
-            return self._cann_index.get(V(version).key)
-        except VersionError:
+            return self._cann_index.get(_key(version))
+        except ValueError:  # VersionError
             return None
 
     @cached_property
@@ -355,7 +362,7 @@ class Matrix:
             for tag in row["tags"]:
                 m = IMAGE_TAG.match(tag)
                 assert cann is not None and m is not None  # checked when the matrix was loaded
-                out.setdefault(V(cann["version"]).key, []).append(
+                out.setdefault(_key(cann["version"]), []).append(
                     {
                         "tag": f"{row['cann']}-{tag}",
                         "chip": m["chip"],
@@ -368,7 +375,7 @@ class Matrix:
         return out
 
     def images(self, cann_version: str, chip: str | None = None) -> list[Image]:
-        imgs = self._images.get(parse(cann_version).key, [])
+        imgs = self._images.get(_key(cann_version), [])
         return [i for i in imgs if chip is None or i["chip"] == chip]
 
     def registries(self) -> list[dict]:
@@ -379,20 +386,20 @@ class Matrix:
         if not wheel:
             return None
         try:
-            key = V(wheel).key
-        except VersionError:
+            key = _key(wheel)
+        except ValueError:  # VersionError
             return None
-        return next((r for r in self.data["torch_npu"] if V(r["wheel"]).key == key), None)
+        return next((r for r in self.data["torch_npu"] if _key(r["wheel"]) == key), None)
 
     def release(self, product: str | None) -> dict | None:
         if not product:
             return None
-        key = V(product).key
-        return next((r for r in self.data["torch_npu_releases"] if V(r["product"]).key == key), None)
+        key = _key(product)
+        return next((r for r in self.data["torch_npu_releases"] if _key(r["product"]) == key), None)
 
     def torch_python(self, torch: str) -> str | None:
-        key = V(torch).key
-        row = next((r for r in self.data["torch"] if V(r["version"]).key == key), None)
+        key = _key(torch)
+        row = next((r for r in self.data["torch"] if _key(r["version"]) == key), None)
         return row["python"] if row else None
 
     def torch_wheel_rule(self, arch: str) -> dict:
