@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 ALIASES = {"x86_64": "x86_64", "aarch64": "aarch64", "amd64": "x86_64", "arm64": "aarch64"}
+ARCHES = ("x86_64", "aarch64")  # the names the matrices, stacks and image labels use
 
 
 def normalize(name: object) -> str | None:

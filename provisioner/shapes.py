@@ -122,15 +122,20 @@ class Stack(TypedDict, total=False):
 # ----------------------------------------------------------------- Candidate
 
 
-class Image(TypedDict):
-    """An official CANN base image of the matrix (or a custom --base-image stand-in)."""
-
+class _ImageFields(TypedDict):
     tag: str | None
     chip: str | None
     os: str
     python: str
     devel: bool
     source: list[str]
+
+
+class Image(_ImageFields, total=False):
+    """An official CANN base image of the matrix (or a custom --base-image stand-in)."""
+
+    listed: bool  # False: seen published, but not in today's official list
+    evidence: str | None  # where an unlisted image was seen
 
 
 class Candidate(TypedDict, total=False):
@@ -149,6 +154,7 @@ class Candidate(TypedDict, total=False):
     python: str
     os: str
     soft: list[str]
+    unlisted: list[str]  # the warning for a base image outside today's official list
 
 
 # ---------------------------------------------------------------- HostReport

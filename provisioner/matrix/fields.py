@@ -2,13 +2,20 @@
 and returns the normalised value or raises ValueError with one line saying what is wrong.
 
     STR, TEXT, VER (a version), SPECS (version specs), PY (a Python range), BOOL, INT, SOURCE (a source
-    id or reference), MAP, STR_MAP, and the combinators opt(check), list_of(check), enum(*choices),
-    records(required, optional).
+    id or reference), MAP, STR_MAP, ARCH_PY / ARCH_PIN (per CPU architecture), and the combinators
+    opt(check), list_of(check), enum(*choices), records(required, optional); PAIRINGS and SOURCE_KINDS
+    are the values of a row's `pairing` and a source's `kind`.
 """
 
 from __future__ import annotations
 
+from provisioner.arch import ARCHES
 from provisioner.matrix.versions import PyRange, Spec, V, VersionError
+
+# table: a cited compatibility table or release note states the pairing; derived: a rule gave it (a patch
+# tag or a release-branch tip names its TorchNPU release); unconfirmed: drafted from index metadata only.
+PAIRINGS = ("table", "derived", "unconfirmed")
+SOURCE_KINDS = ("table", "release-notes", "docs", "index", "tags", "images", "usage", "spec", "field-report", "code")
 
 
 def _str(value, name):
@@ -149,6 +156,28 @@ def _str_map(value, name):
         raise ValueError(f"{name} must map names to quoted text values")
     return value
 
+
+def _arch_map(value_check):
+    def check(value, name):
+        if not isinstance(value, dict) or not value:
+            raise ValueError(f"{name} must map a CPU architecture ({', '.join(ARCHES)}) to a value")
+        for arch, item in value.items():
+            if arch not in ARCHES:
+                raise ValueError(f"{name}: unknown architecture {arch!r} (expected {', '.join(ARCHES)})")
+            value[arch] = value_check(item, f"{name}.{arch}")
+        return value
+
+    return check
+
+
+def _pin(value, name):
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{name} must be a requirement such as 'torch=={{torch}}+cpu', or 'none'")
+    return value
+
+
+ARCH_PY = _arch_map(_pyrange)
+ARCH_PIN = _arch_map(_pin)
 
 STR, TEXT, VER, SPECS, PY, BOOL, INT = _str, _text, _ver, _specs, _pyrange, _bool, _int
 SOURCE, MAP, STR_MAP = _source, _mapping, _str_map

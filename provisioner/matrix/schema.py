@@ -11,13 +11,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from provisioner.arch import ARCHES
 from provisioner.errors import MatrixError
 from provisioner.matrix.fields import (
+    ARCH_PIN,
+    ARCH_PY,
     BOOL,
     INT,
     MAP,
+    PAIRINGS,
     PY,
     SOURCE,
+    SOURCE_KINDS,
     SPECS,
     STR,
     STR_MAP,
@@ -45,7 +50,12 @@ class Section:
 NOTES = {"notes": opt(TEXT), "note": opt(TEXT)}
 
 SECTIONS: dict[str, Section] = {
-    "sources": Section("id", {"id": STR, "ref": STR}, doc="short names for cited sources"),
+    "sources": Section(
+        "id",
+        {"id": STR, "ref": STR},
+        {"kind": opt(enum(*SOURCE_KINDS))},
+        doc="short names for cited sources; `kind` says what a source can vouch for (matrix verify)",
+    ),
     "families": Section(
         "id",
         {"id": STR, "name": STR, "training": BOOL, "bf16": BOOL, "device_family": STR, "reference_card": STR},
@@ -129,7 +139,7 @@ SECTIONS: dict[str, Section] = {
     "images": Section(
         "cann",
         {"cann": STR, "tags": list_of(STR)},
-        dict(NOTES),
+        {"listed": opt(BOOL), **NOTES},
         doc="official CANN base-image tags per CANN release (<cann>-<chip>-<os>-py<ver>[-devel])",
     ),
     "torch_npu_releases": Section(
@@ -146,11 +156,14 @@ SECTIONS: dict[str, Section] = {
             "branch": opt(STR),
             "cann": opt(VER),
             "cann_inferred": opt(BOOL),
+            "pairing": opt(enum(*PAIRINGS)),
             "python": opt(PY),
+            "wheels": opt(ARCH_PY),
+            "torch_pin": opt(ARCH_PIN),
             "in_table": opt(BOOL),
             **NOTES,
         },
-        doc="torch_npu wheels: torch they pin, paired CANN, Python range, PyPI presence",
+        doc="torch_npu wheels: torch they pin, paired CANN, Python range, PyPI presence (per arch in `wheels`)",
     ),
     "torch": Section(
         "version",
@@ -159,10 +172,10 @@ SECTIONS: dict[str, Section] = {
         doc="generic Python range per torch line (used when a wheel row has none)",
     ),
     "torch_wheels": Section(
-        "arch",
-        {"arch": enum("x86_64", "aarch64"), "requirement": STR},
+        "id",
+        {"id": STR, "arch": enum(*ARCHES), "torch": SPECS, "pin": STR, "requirement": STR},
         {"index_url": opt(STR), **NOTES},
-        doc="how torch itself is installed next to torch_npu, per CPU architecture",
+        doc="per CPU architecture and torch line: the torch pin in torch_npu's wheel metadata and how torch is installed",
     ),
     "apex": Section(
         "id",
@@ -210,7 +223,7 @@ SECTIONS: dict[str, Section] = {
     "mindspore": Section(
         "version",
         {"version": VER, "cann": VER, "on_pypi": BOOL},
-        {"hdk": list_of(VER), "python": opt(PY), "cann_community": opt(STR), **NOTES},
+        {"hdk": list_of(VER), "python": opt(PY), "cann_community": opt(STR), "pairing": opt(enum(*PAIRINGS)), **NOTES},
         doc="MindSpore releases and the CANN they pair with",
     ),
     "extras": Section(

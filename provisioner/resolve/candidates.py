@@ -57,6 +57,7 @@ class Context:
         self.py_rank = {p: i for i, p in enumerate(pref)}
         self.os_rank = {o: i for i, o in enumerate(matrix.policy.get("os_preference", []))}
         self._base: list[Candidate] | None = None
+        self._sets: dict[tuple, list[str]] = {}
 
     # CANN rows a stack may use: releases, plus a pre-release named exactly.
     def cann_rows(self) -> list[dict]:
@@ -79,6 +80,19 @@ class Context:
             return []
         return [i for i in self.m.images(cann_row["version"], self.chip) if not i["devel"]]
 
+    def no_package_set(self, field: str, version: str, python: str) -> list[str]:
+        """A soft problem when no package set (matrices/packages.yaml) covers the framework on this
+        Python: such a stack resolves, but its image cannot be rendered without an overlay."""
+        key = (field, version, python)
+        if key not in self._sets:
+            rows = self.m.rows("packages") if "packages" in self.m.data else []
+            hits = [r for r in rows if r.get(field) and in_specs(r[field], version)]
+            label = "MindSpore" if field == "mindspore" else "torch"
+            self._sets[key] = [] if any(python in py_range(r["python"]) for r in hits) else [
+                f"no package set in matrices/packages.yaml covers {label} {version} on Python {python};"
+                " the image needs one (an overlay set; scripts/lock_packages.py resolves it)"]
+        return self._sets[key]
+
     def base(self) -> list[Candidate]:
         if self._base is None:
             framework = self.req.framework or "pytorch"
@@ -98,7 +112,8 @@ def _pytorch(ctx: Context) -> Iterator[Candidate]:
             continue  # no published CANN pairing, or pip cannot fetch it: never part of a stack
         release = m.release(wheel.get("product"))
         compat = (release or {}).get("cann_compatible", [])
-        wheel_py = wheel.get("python") or m.torch_python(wheel["torch"])
+        # published wheels per CPU architecture where they differ, else the row's range
+        wheel_py = (wheel.get("wheels") or {}).get(ctx.req.arch) or wheel.get("python") or m.torch_python(wheel["torch"])
         wheel_cann = parse(wheel["cann"])
         for cann, images, names in canns:
             if not images:
@@ -115,12 +130,16 @@ def _pytorch(ctx: Context) -> Iterator[Candidate]:
                         f"CANN {cann['version']} is in TorchNPU {wheel.get('product')}'s compatible range;"
                         f" torch_npu {wheel['wheel']} is released with CANN {wheel['cann']}"
                     )
-                if wheel.get("cann_inferred"):
+                if wheel.get("pairing") == "unconfirmed":
+                    soft.append(f"torch_npu {wheel['wheel']}: its CANN {wheel['cann']} pairing is unconfirmed"
+                                " (drafted from index metadata; no source pairs it yet)")
+                elif wheel.get("cann_inferred") or wheel.get("pairing") == "derived":
                     soft.append(f"torch_npu {wheel['wheel']}: {wheel.get('notes', 'patch build')}")
                 elif not wheel.get("in_table", True):
                     soft.append(f"torch_npu {wheel['wheel']} is in no official compatibility table")
                 if not cann.get("hdk_paired") and not cann.get("hdk_compatible"):
                     soft.append(f"no HDK driver pairing is published for CANN {cann['version']}")
+                soft += ctx.no_package_set("torch", wheel["torch"], img["python"])
                 yield {
                     "framework": "pytorch",
                     "wheel": wheel,
@@ -133,7 +152,18 @@ def _pytorch(ctx: Context) -> Iterator[Candidate]:
                     "python": img["python"],
                     "os": img["os"],
                     "soft": soft,
+                    "unlisted": _unlisted(img),
                 }
+
+
+def _unlisted(img: Image) -> list[str]:
+    """A base image that is not in today's official list: usable, with a warning.
+    It ranks after a listed image of the same torch / torch_npu (see `score`), not
+    after an older torch: an image published after the recorded list is as real."""
+    if img.get("listed", True):
+        return []
+    return [f"base image {img['tag']} is not in today's cann-container-image list"
+            f" ({img.get('evidence') or 'seen elsewhere'}); if it no longer pulls, pass --base-image"]
 
 
 def _mindspore(ctx: Context) -> Iterator[Candidate]:
@@ -149,6 +179,11 @@ def _mindspore(ctx: Context) -> Iterator[Candidate]:
                 soft.append(f"MindSpore {ms['version']} is not on PyPI; install it from the MindSpore release downloads")
             if not ms.get("python"):
                 soft.append(f"MindSpore {ms['version']}'s Python range is not confirmed")
+            soft += ctx.no_package_set("mindspore", ms["version"], img["python"])
+            if ms.get("pairing") in ("unconfirmed", "derived"):
+                soft.append(f"MindSpore {ms['version']}: CANN {ms['cann']} pairing is {ms['pairing']}"
+                            f" ({ms.get('notes') or 'no source pairs it'})")
+
             yield {
                 "framework": "mindspore",
                 "mindspore_row": ms,
@@ -162,6 +197,7 @@ def _mindspore(ctx: Context) -> Iterator[Candidate]:
                 "python": img["python"],
                 "os": img["os"],
                 "soft": soft,
+                "unlisted": _unlisted(img),
             }
 
 
@@ -299,6 +335,7 @@ def score(ctx: Context, cand: Candidate) -> tuple:
         -len(soft),
         cand["paired"],
         newest,
+        not cand["unlisted"],
         parse(cand["cann"]).key,
         -ctx.py_rank.get(cand["python"], 99),
         -ctx.os_rank.get(cand["os"], 99),

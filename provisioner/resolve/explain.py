@@ -48,7 +48,8 @@ def _alone_reason(ctx: Context, con: Constraint) -> str:
             return (f"torch_npu {req.torch_npu} (released with CANN {row['cann']}) is not on PyPI: it exists only as a"
                     f" release asset of Ascend/pytorch on gitee/gitcode, so pip cannot install it{hint or '; no build of torch ' + prefix + ' is on PyPI'}"
                     " (if you mirror it into your own index, an overlay row with on_pypi: true makes it usable)")
-        return f"torch_npu {req.torch_npu} (released with CANN {row['cann']}) has no official base image for chip {chip} with a Python it supports"
+        return (f"torch_npu {req.torch_npu} (released with CANN {row['cann']}) has no listed base image for chip {chip}"
+                " with a Python it supports (pass --base-image to use an image you know)")
     if con.name == "cann":
         row = m.cann(req.cann)
         if row is None:
@@ -57,8 +58,10 @@ def _alone_reason(ctx: Context, con: Constraint) -> str:
         imgs = [i for i in m.images(row["version"], ctx.chip) if not i["devel"]] if ctx.chip else []
         if not req.base_image and not imgs:
             chips = sorted({c for i in m.images(row["version"]) if (c := i["chip"])})
-            return (f"no official CANN {row['version']} base image exists for chip {chip}"
-                    f" (CANN {row['version']} images: {', '.join(chips) or 'none'}); pass --base-image to use your own")
+            return (f"no CANN {row['version']} base image for chip {chip} is listed"
+                    f" (listed CANN {row['version']} images: {', '.join(chips) or 'none'}); the list holds today's"
+                    " official tags and earlier ones seen published, so one may still exist:"
+                    " pass --base-image to use an image you know")
         return f"no torch_npu/MindSpore build in the matrix works with CANN {row['version']} on chip {chip}"
     if con.name == "torch" and (want := req.torch):
         wheels = [r for r in m.rows("torch_npu") if r.get("cann") and same_torch(want, r["torch"])]
@@ -84,11 +87,12 @@ def _alone_reason(ctx: Context, con: Constraint) -> str:
             msg += f", not with the requested CANN {req.cann}"
             if fits:
                 msg += f" (which pairs with MindSpore {', '.join(fits)})"
-        return msg + f"; no official CANN {row['cann']} base image exists for chip {chip} (pass --base-image to use your own)"
+        return msg + (f"; no CANN {row['cann']} base image for chip {chip} is listed"
+                      " (one may still exist: pass --base-image to use an image you know)")
     if con.name == "python":
         return f"no stack for chip {chip} offers Python {req.python} (available: {', '.join(_values(base, 'python'))})"
     if con.name == "os":
-        return f"no official image for chip {chip} runs {req.os} (available: {', '.join(_values(base, 'os'))})"
+        return f"no listed image for chip {chip} runs {req.os} (available: {', '.join(_values(base, 'os'))})"
     if con.name == "driver" and (driver := req.driver):
         fits = [r["version"] for r in ctx.cann_rows() if driver_fit(driver, r, m) == "ok"]
         where = f"it is paired with or listed for CANN {', '.join(fits)}" if fits else "no CANN release lists it"

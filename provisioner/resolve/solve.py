@@ -14,7 +14,7 @@ import itertools
 from dataclasses import dataclass
 
 from provisioner.errors import ResolveError
-from provisioner.resolve.candidates import Constraint, Context, best, build_constraints
+from provisioner.resolve.candidates import Constraint, Context, best, build_constraints, penalties
 from provisioner.resolve.explain import explain_failure
 from provisioner.resolve.request import Request
 from provisioner.resolve.stack import make_stack
@@ -70,7 +70,8 @@ def solve(matrix: Matrix, req: Request, card: dict, family: dict) -> Outcome:
                 alternatives.append(([c.flag for c in drop], ctx, cand))
         if len(alternatives) >= MAX_ALTERNATIVES:
             break
-    alternatives.sort(key=lambda a: len(a[0]))
+    # fewest constraints dropped first; among those, the stack with fewest soft problems
+    alternatives.sort(key=lambda a: (len(a[0]), len(penalties(a[1], a[2])) + len(a[2].get("unlisted", []))))
     return Outcome(ctx, None, reasons, alternatives[:MAX_ALTERNATIVES])
 
 

@@ -72,7 +72,7 @@ def make_stack(ctx: Context, cand: Candidate, via_alias: str | None) -> Stack:
     explain: dict[str, str] = {}
     sources: dict[str, list[str]] = {}
     warnings: list[str] = []
-    notes = list(penalties(ctx, cand))
+    notes = list(penalties(ctx, cand)) + list(cand.get("unlisted", []))
 
     explain["card"] = f"{card['id']}: {card['name']}, {fam['name']}" + (
         f" (chip alias {via_alias!r} selects the family's reference card)" if via_alias else ""
@@ -96,7 +96,7 @@ def make_stack(ctx: Context, cand: Candidate, via_alias: str | None) -> Stack:
     extras: dict = {}
     if cand["framework"] == "pytorch":
         wheel = cand["wheel"]
-        rule = m.torch_wheel_rule(req.arch)
+        rule = m.torch_wheel_rule(req.arch, wheel["torch"])
         torch = {
             "version": wheel["torch"],
             "requirement": rule["requirement"].format(torch=wheel["torch"]),
@@ -104,9 +104,13 @@ def make_stack(ctx: Context, cand: Candidate, via_alias: str | None) -> Stack:
         }
         explain["torch"] = (f"{cand['torch']}: as requested" if req.torch else
                             f"{cand['torch']}: newest torch line with a clean stack for this card")
+        pin = (wheel.get("torch_pin") or {}).get(req.arch) or rule["pin"]
+        pin = "no torch version" if pin == "none" else pin.format(torch=wheel["torch"])
         explain["torch_requirement"] = (
             f"{torch['requirement']}" + (f" from {torch['index_url']}" if torch["index_url"] else " from PyPI")
-            + f": {req.arch} torch_npu wheels pin " + ("the +cpu build" if "+cpu" in torch["requirement"] else "plain torch")
+            + f": {req.arch} torch_npu {wheel['wheel']} pins {pin}"
+            + ("; the +cpu build satisfies it without CUDA libraries"
+               if "+cpu" in torch["requirement"] and "+cpu" not in pin else "")
         )
         sources["torch_requirement"] = _refs(m, rule.get("source"))
         torch_npu = {
@@ -197,7 +201,9 @@ def make_stack(ctx: Context, cand: Candidate, via_alias: str | None) -> Stack:
         ref = f"{regs[0]['image']}:{img['tag']}"
         base_image = {"ref": ref, "tag": img["tag"], "official": True,
                       "mirrors": [f"{r['image']}:{img['tag']}" for r in regs[1:]]}
-        explain["base_image"] = f"{ref}: official CANN {cand['cann']} image for chip {ctx.chip}, {cand['os']}, Python {cand['python']}"
+        explain["base_image"] = (f"{ref}: official CANN {cand['cann']} image for chip {ctx.chip}, {cand['os']},"
+                                 f" Python {cand['python']}" + ("" if img.get("listed", True) else
+                                                                " (not in today's list; published earlier or seen in use)"))
         sources["base_image"] = _refs(m, img.get("source"))
     else:
         base_image = {"ref": req.base_image or "", "tag": None, "official": False, "mirrors": []}
