@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from provisioner.cli.common import emit_json, json_option
+from provisioner.cli.common import emit_json, json_option, refuse
 from provisioner.cli.device_cmds import host_options, launch_options
 
 LAUNCH_SCHEMA = "provision.launch/1"
@@ -67,12 +67,12 @@ def launch_cmd(overlays, as_json, image, check, check_only, module, script, exec
     import os
     import sys
 
-    from provisioner.cli.device_cmds import plan_options
+    from provisioner.cli.device_cmds import multi_node, plan_options
     from provisioner.devices import plan as devices
     from provisioner.errors import ProvisionError
     from provisioner.launch import run as launch
     from provisioner.launch import torchrun
-    from provisioner.matrix import loader as matrix
+    from provisioner.matrix import loader
 
     if job_file:
         if module or script or exec_ or check_only or args or workdir:
@@ -81,8 +81,7 @@ def launch_cmd(overlays, as_json, image, check, check_only, module, script, exec
     elif dry_run:
         raise ProvisionError("--dry-run goes with --job")
     target = None if job_file else _target(module, script, exec_, check_only, args)
-    if kw["nnodes"] > 1 and not kw.get("master_addr"):
-        raise ProvisionError("--nnodes > 1 needs --master-addr (the IP or name of node rank 0)")
+    multi_node(kw).require_master()
     user_env = torchrun.parse_env(env, dict(os.environ))
     mounts = [torchrun.parse_volume(v) for v in volumes]
     extra_labels = launch.parse_labels(labels)
@@ -91,20 +90,17 @@ def launch_cmd(overlays, as_json, image, check, check_only, module, script, exec
         from provisioner.jobs import spec as jobspec
 
         spec = jobspec.load(job_file)  # a bad job file fails before any engine is asked
-    m = matrix.load(list(overlays or ()))
-    client = launch.connect()
+    m = loader.load(list(overlays or ()))
+    engine = launch.connect()
     try:
-        info = launch.inspect_image(client, image)
+        info = launch.inspect_image(engine, image)
         opts = plan_options(m, kw, user=user, rank_table=rank_table)
         try:
-            plan, notes = launch.plan_for(m, opts, info, mode)
+            plan, notes = launch.plan_for(m, opts, info, mode, engine=engine)
         except devices.PlanRefused as exc:
-            if as_json:
-                emit_json({"schema": JOB_SCHEMA if spec else LAUNCH_SCHEMA, "status": "refused", "reasons": exc.reasons})
-                return 2
-            raise
+            return refuse(JOB_SCHEMA if spec else LAUNCH_SCHEMA, exc, as_json)
         if spec is not None:
-            return _launch_job(m, spec, client, info, plan, notes, kw, as_json, dry_run, check, user_env, mounts,
+            return _launch_job(m, spec, engine, info, plan, notes, kw, as_json, dry_run, check, user_env, mounts,
                                network, keep, name, stop_timeout, extra_labels, not no_init)
         job = launch.Job(plan=plan, image=info, target=target, check=check or check_only, env=user_env,
                          volumes=mounts, workdir=workdir, network=network, init=not no_init, keep=keep, name=name,
@@ -113,9 +109,9 @@ def launch_cmd(overlays, as_json, image, check, check_only, module, script, exec
         if not as_json:
             for note in job.notes + plan.notes:
                 click.echo(f"# note: {note}", err=True)
-        doc = launch.run(job, client, out=out, err=err)
+        doc = launch.run(job, engine, out=out, err=err)
     finally:
-        client.close()
+        engine.close()
     if as_json:
         emit_json(doc)
     else:
@@ -124,7 +120,7 @@ def launch_cmd(overlays, as_json, image, check, check_only, module, script, exec
     return launch.exit_code(doc)
 
 
-def _launch_job(m, spec, client, info, devplan, notes, kw, as_json, dry_run, check, user_env, mounts, network, keep,
+def _launch_job(m, spec, engine, info, devplan, notes, kw, as_json, dry_run, check, user_env, mounts, network, keep,
                 name, stop_timeout, labels, init):
     """`launch --job`: validate the job against this launch, write its directory, run it (after --check)."""
     import sys
@@ -144,10 +140,7 @@ def _launch_job(m, spec, client, info, devplan, notes, kw, as_json, dry_run, che
         if reasons:
             raise jobplan.JobRefused(reasons)
     except jobplan.JobRefused as exc:
-        if as_json:
-            emit_json({"schema": JOB_SCHEMA, "status": "refused", "reasons": exc.reasons})
-            return 2
-        raise
+        return refuse(JOB_SCHEMA, exc, as_json)
     if dry_run:
         doc = jobrun.dry_run(jplan, devplan, info.ref)
         if as_json:
@@ -163,7 +156,7 @@ def _launch_job(m, spec, client, info, devplan, notes, kw, as_json, dry_run, che
     if check:
         probe = launch.Job(plan=devplan, image=info, target=None, check=True, env=user_env, volumes=[],
                            network=network, init=init, keep=keep, name=name, stop_timeout=stop_timeout, labels=labels)
-        doc = launch.run(probe, client, out=out, err=err)
+        doc = launch.run(probe, engine, out=out, err=err)
         if doc["status"] != "ok":
             if as_json:
                 emit_json(doc)
@@ -178,7 +171,7 @@ def _launch_job(m, spec, client, info, devplan, notes, kw, as_json, dry_run, che
     if not as_json:
         for note in list(job.notes) + jplan.notes + list(devplan.notes):
             click.echo(f"# note: {note}", err=True)
-    doc = jobrun.run(job, client, out=out, err=err)
+    doc = jobrun.run(job, engine, out=out, err=err)
     if as_json:
         emit_json(doc)
     else:

@@ -100,7 +100,9 @@ def storage(jplan, pvcs: list[tuple[str, str]]) -> tuple[list[dict], list[dict]]
     spec = jplan.spec
     wanted = [("model", spec.model, "Directory", True), ("data", os.path.dirname(spec.data.path) or "/", "Directory", True),
               ("output", spec.output, "DirectoryOrCreate", False)]
-    volumes, mounts, used = [], [], set()
+    volumes: list[dict] = []
+    mounts: list[dict] = []
+    used: set[str] = set()
     for n, (claim, mount) in enumerate(pvcs):
         if any(_inside(path, mount) for _, path, _, _ in wanted):
             volumes.append({"name": f"pvc-{n}", "persistentVolumeClaim": {"claimName": claim}})
@@ -112,10 +114,10 @@ def storage(jplan, pvcs: list[tuple[str, str]]) -> tuple[list[dict], list[dict]]
             continue
         seen.append(path)
         volumes.append({"name": f"job-{vname}", "hostPath": {"path": path, "type": kind}})
-        mount = {"name": f"job-{vname}", "mountPath": path}
+        entry: dict = {"name": f"job-{vname}", "mountPath": path}
         if ro:
-            mount["readOnly"] = True
-        mounts.append(mount)
+            entry["readOnly"] = True
+        mounts.append(entry)
     return volumes, mounts
 
 
@@ -148,7 +150,7 @@ def volcano_job(jplan, dplan: DevicePlan, image: str, meta: dict, labels: dict, 
     name, n = jplan.spec.name, jplan.nnodes
     master = f"{name}-{VOLCANO_TASK}-0.{name}"
     pod = _job_pod(jplan, dplan, image, labels, dk8s.VOLCANO_INDEX_FIELD, master, boot, volumes, mounts, "job")
-    plugins = {"env": [], "svc": []} if n > 1 else {"env": []}
+    plugins: dict[str, list[str]] = {"env": [], "svc": []} if n > 1 else {"env": []}
     return {
         "apiVersion": "batch.volcano.sh/v1alpha1",
         "kind": "Job",
@@ -212,7 +214,8 @@ def render(docs: list[dict], jplan, dplan: DevicePlan) -> str:
     import yaml
 
     class Dumper(yaml.SafeDumper):
-        pass
+        def ignore_aliases(self, data) -> bool:
+            return True
 
     def text(dumper, value: str):
         # Scripts and configs as literal blocks, readable in the manifest as in the job directory.
@@ -220,6 +223,5 @@ def render(docs: list[dict], jplan, dplan: DevicePlan) -> str:
         return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
     Dumper.add_representer(str, text)
-    Dumper.ignore_aliases = lambda self, data: True
     body = "---\n".join(yaml.dump(d, Dumper=Dumper, sort_keys=False, default_flow_style=False, width=1000) for d in docs)
     return "\n".join(header(jplan, dplan)) + "\n---\n" + body

@@ -69,7 +69,7 @@ def estimate(matrix, spec: JobSpec, shape: Shape, memory_kind: str, precision: s
     parts["activations"] = activation_bytes(matrix, shape, par, seq, tr.micro_batch_size, tr.recompute, micro_batches)
     parts["logits"] = logits_bytes(matrix, shape, par, seq, tr.micro_batch_size)
     notes = [f"{per_param:g} bytes per parameter ({state_row}: {catalog.memory_constant(matrix, state_row)['why']})"]
-    rollout = None
+    rollout: dict | None = None
     if memory_kind == "grpo" and spec.grpo:
         # The reference model (same weights, bf16) stays on the chips next to the actor.
         parts["reference_weights"] = int(2 * stage_params(shape, par.pipeline) / par.tensor)
@@ -80,7 +80,7 @@ def estimate(matrix, spec: JobSpec, shape: Shape, memory_kind: str, precision: s
         notes.append("rollout: actor, gradients and optimizer are offloaded to host memory while vLLM generates")
     parts["runtime_reserve"] = catalog.memory_constant(matrix, "runtime-reserve-mb")["fixed"] * MB
     total = sum(parts.values())
-    out = {
+    out: dict = {
         "parts_mb": {k: _mb(v) for k, v in parts.items()},
         "total_mb": _mb(total),
         "hbm_mb": hbm_mb,
@@ -93,7 +93,7 @@ def estimate(matrix, spec: JobSpec, shape: Shape, memory_kind: str, precision: s
     }
     if rollout:
         out["rollout"] = rollout
-        if hbm_mb is not None and rollout["weights_mb"] >= rollout["budget_mb"]:
+        if rollout["budget_mb"] is not None and spec.grpo and rollout["weights_mb"] >= rollout["budget_mb"]:
             out["fits"] = False
             out["problems"].append(f"the rollout weights ({rollout['weights_mb']} MB per chip at inference TP {infer_tp})"
                                 f" leave no KV cache inside gpu_memory_utilization {spec.grpo.gpu_memory_utilization}"

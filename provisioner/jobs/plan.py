@@ -25,8 +25,6 @@ from provisioner.jobs.spec import JobSpec, Parallel
 
 SCHEMA = "provision.job/1"
 JOB_DIR = "provision-job"
-RAY_PORT = 6379  # Ray's default GCS port (ray start --head --port); KubeRay uses the same
-RAY_DASHBOARD_PORT = 8265  # Ray's default dashboard / job-submission port
 DRIVER = "run.sh"
 
 

@@ -17,10 +17,12 @@ from dataclasses import asdict
 from provisioner.errors import ProvisionError
 
 TEMPLATES = "jobs"
+RAY_PORT = 6379  # Ray's default GCS port (ray start --head --port); KubeRay uses the same
+RAY_DASHBOARD_PORT = 8265  # Ray's default dashboard / job-submission port
 
 
 def _env():
-    from provisioner.image.render import template_env
+    from provisioner.image.templates import template_env
 
     env = template_env()
     env.filters["json"] = lambda v: json.dumps(v, ensure_ascii=True)
@@ -80,14 +82,10 @@ def spec_parallel(plan) -> dict:
 
 
 def _ray_port() -> int:
-    from provisioner.jobs.plan import RAY_PORT
-
     return RAY_PORT
 
 
 def _dashboard_port() -> int:
-    from provisioner.jobs.plan import RAY_DASHBOARD_PORT
-
     return RAY_DASHBOARD_PORT
 
 
@@ -108,7 +106,8 @@ def files(plan, handler: dict) -> dict[str, str]:
         except jinja2.UndefinedError as exc:
             raise ProvisionError(f"templates/{name}: {exc.message}") from None
         except jinja2.TemplateError as exc:
-            where = f":{exc.lineno}" if getattr(exc, "lineno", None) else ""
+            lineno = getattr(exc, "lineno", None)  # TemplateSyntaxError has one
+            where = f":{lineno}" if lineno else ""
             raise ProvisionError(f"templates/{name}{where}: {exc}") from None
 
     for step in ctx["steps"]:

@@ -8,7 +8,7 @@
 The model directory and the data file's directory are mounted read-only at their own paths, the output
 directory read-write; a job spanning nodes runs this on every node with its --node-rank (shared storage
 at the same paths, or `storage: local`). Container start, log streaming, signals and removal are
-provisioner.launch.run's.
+provisioner.launch.run's, through any provisioner.engine Engine (Docker, or the fake in unit tests).
 """
 
 from __future__ import annotations
@@ -22,9 +22,16 @@ import time
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from provisioner.devices.plan import DevicePlan
+from provisioner.engine.base import Engine
+from provisioner.engine.types import ImageInfo
 from provisioner.errors import ProvisionError
 from provisioner.launch import run as launch
 from provisioner.launch import torchrun
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from provisioner.jobs.plan import JobPlan
 
 SCHEMA = "provision.launch-job/1"
 JOB_LABEL = "org.provision.job"
@@ -39,9 +46,9 @@ _STATUS = {"skip": "skipped", "start": "running", "ok": "ok", "failed": "failed"
 class JobRun:
     """What `launch --job` runs on this node."""
 
-    plan: object  # jobs.plan.JobPlan
-    devices: object  # devices.plan.DevicePlan
-    image: launch.ImageInfo
+    plan: JobPlan
+    devices: DevicePlan
+    image: ImageInfo
     env: dict[str, str] = field(default_factory=dict)  # -e
     volumes: list[tuple[str, str, str]] = field(default_factory=list)  # -v, besides the job's own
     network: str | None = None
@@ -137,7 +144,7 @@ def command(plan) -> list[str]:
     return ["bash", os.path.join(plan.job_dir, DRIVER)]
 
 
-def run(job: JobRun, client, out: TextIO | None = sys.stdout, err: TextIO | None = sys.stderr) -> dict:
+def run(job: JobRun, engine: Engine, out: TextIO | None = sys.stdout, err: TextIO | None = sys.stderr) -> dict:
     """Run the driver on this node; the provision.launch-job/1 summary."""
     plan = job.plan
     env, _ = environment(job)
@@ -157,7 +164,7 @@ def run(job: JobRun, client, out: TextIO | None = sys.stdout, err: TextIO | None
     _say(err, f"run {base.run_id}: job {plan.spec.name} ({plan.kind['id']}, node {job.devices.multi.node_rank}"
               f" of {plan.nnodes}) in {kw['name']}: $ {' '.join(command(plan))}")
     with launch.SignalGuard() as guard:
-        result = launch.run_container(client, kw, "job", guard, out, err, job.keep, job.stop_timeout, on_line=on_line)
+        result = launch.run_container(engine, kw, "job", guard, out, err, job.keep, job.stop_timeout, on_line=on_line)
     for s in steps.values():
         if s["status"] in ("running", "waiting"):
             s["status"] = "interrupted" if result.signal else "failed"

@@ -30,9 +30,9 @@ def shipped():
 
 
 def _resolve(**options) -> dict:
-    from provisioner.resolve import request
+    from provisioner.resolve.cached import stack_for
 
-    _, stack = request.stack_for([], options)
+    _, stack = stack_for([], options)
     return stack
 
 

@@ -17,8 +17,6 @@ import gzip
 import hashlib
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -212,20 +210,25 @@ def test_seed_003_volcano_job(shipped, stacks, host, tmp_path):
     assert "--worker_num=4" in ms.files["steps/03-train.sh"]
 
 
-def test_provision_k8s_job_cli(host, stacks, tmp_path):
-    """The command end to end: manifests on stdout; a bad split refused in one line, exit 2."""
+def test_provision_k8s_job_cli(host, stacks, tmp_path, capsys):
+    """The command end to end (main(), in this process: the host's device nodes are simulated): manifests on
+    stdout; a bad split refused in one line, exit 2."""
     import json
+
+    from provisioner.cli import main
 
     stack = tmp_path / "stack.json"
     stack.write_text(json.dumps(stacks["llm"]))
     job = tmp_path / "job.yaml"
     shutil.copyfile(QWEN7B_CONFIG, tmp_path / "config.json")
     job.write_text((EXAMPLES / "seed003-sft-qwen25-7b-mindspeed.yaml").read_text() + "model_config: config.json\n")
-    base = [sys.executable, "-m", "provisioner.cli", "k8s", "--card", "800T-A2", "--root", str(host.root),
-            "--dev-root", str(host.dev_root), "--job", str(job), "--stack", str(stack), IMAGES["llm"]]
-    ok = subprocess.run(base[:6] + ["--devices", "0-3"] + base[6:], capture_output=True, text=True, timeout=120)
-    assert ok.returncode == 0, ok.stderr
-    assert [d["kind"] for d in yaml.safe_load_all(ok.stdout) if d] == ["ConfigMap", "Job"]
-    bad = subprocess.run(base[:6] + ["--devices", "0-7"] + base[6:], capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and bad.stdout == ""
-    assert "TP2 x PP1 x DP2 uses 4 chips but the launch has 8" in bad.stderr
+    base = ["k8s", "--card", "800T-A2", "--root", str(host.root), "--dev-root", str(host.dev_root), "--job", str(job),
+            "--stack", str(stack), IMAGES["llm"]]
+    rc = main(base[:5] + ["--devices", "0-3"] + base[5:])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert [d["kind"] for d in yaml.safe_load_all(out) if d] == ["ConfigMap", "Job"]
+    rc = main(base[:5] + ["--devices", "0-7"] + base[5:])
+    out, err = capsys.readouterr()
+    assert rc == 2 and err.count("\n") == 1 and out == ""
+    assert "TP2 x PP1 x DP2 uses 4 chips but the launch has 8" in err
