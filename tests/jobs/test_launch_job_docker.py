@@ -97,19 +97,9 @@ def test_sft_job_runs_is_interrupted_and_resumes(fake_llm_image, stacks, tmp_pat
     assert job_json["kind"] == "mindspeed-llm-sft" and job_json["digest"] == doc["job"]["digest"]
 
 
-def test_dry_run_writes_and_starts_nothing(fake_llm_image, tmp_path, docker_client):
-    label = json.loads(docker_client.images.get(fake_llm_image).labels["org.provision.stack"])
-    host = patched_host("plan-300ta2-4", tmp_path / "host", label)
-    res = subprocess.run(_argv(host, fake_llm_image, _job(tmp_path), "--dry-run", "--json"), capture_output=True,
-                         text=True, timeout=120)
-    assert res.returncode == 0, res.stderr
-    doc = json.loads(res.stdout)
-    assert doc["status"] == "dry-run" and [s["would"] for s in doc["steps"]] == ["run"] * 4
-    assert {m["container"]: m["mode"] for m in doc["mounts"]}[str(tmp_path / "out")] == "rw"
-    assert not (tmp_path / "out").exists()
-
-
 def test_refusals_are_one_line_and_exit_2(fake_llm_image, provision_image, tmp_path, docker_client):
+    """Against the labels `provision build` really wrote (the dry run and the other refusals run over the fake
+    engine in test_jobrun_fake.py)."""
     label = json.loads(docker_client.images.get(fake_llm_image).labels["org.provision.stack"])
     host = patched_host("plan-300ta2-4", tmp_path / "host", label)
     job = _job(tmp_path)
