@@ -168,7 +168,8 @@ def ray_image(docker_client, base_image, stacks, tmp_path_factory) -> str:
 
 
 def patched_host(name: str, tmp: Path, stack: dict):
-    """A simulated host (nodes with /dev/null's numbers) whose driver is the one `stack`'s CANN pairs with."""
+    """A fake host with real device nodes (mknod, /dev/null's numbers: a container opens them) whose driver is
+    the one `stack`'s CANN pairs with."""
     import os
     import re
 
@@ -176,7 +177,7 @@ def patched_host(name: str, tmp: Path, stack: dict):
 
     if os.geteuid() != 0:
         pytest.fail("simulated hosts need root to mknod device nodes")
-    host = hosts.materialize(name, tmp, null_numbers=True)
+    host = hosts.materialize(name, tmp, nodes="mknod", null_numbers=True)
     info = host.root / "usr/local/Ascend/driver/version.info"
     info.write_text(re.sub(r"(?m)^Version=.*$", f"Version={stack['driver']['paired'][0]}", info.read_text()))
     return host
