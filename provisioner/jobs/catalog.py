@@ -1,10 +1,12 @@
 """Job kinds, frameworks, model types and data formats (matrices/jobs.yaml), and the one rule that says
 whether an image's stack carries a job's framework.
 
-The stack is what `provision build` writes into the image label (provisioner.image.labels): today a
-MindSpeed-LLM or MindSpeed-RL set shows up as `extras.mindspeed_llm` (its `kind` says which), a
-MindSpore Transformers set as `extras.mindformers`. `stack_carries` is the only place that reads those
-keys for jobs; when the label learns to name framework sets differently, adapt it there.
+The stack is what `provision build` writes into the image label (provisioner.image.labels): a MindSpeed-LLM
+or MindSpeed-RL set shows up as `extras.mindspeed_llm` (its `kind` says which), a MindSpore Transformers set
+(`--with mindformers`) as `extras.mindformers`. A framework image also carries the labels
+org.provision.framework.* (set, kind, locked environment, checkouts with the path each is kept at), read by
+image.labels.framework_from_labels: when present, their kind must agree and their checkout path is where the
+job's scripts run from. `stack_carries` and `checkout` are the only places that read these for jobs.
 """
 
 from __future__ import annotations
@@ -44,8 +46,10 @@ def memory_constant(matrix, ident: str) -> dict:
     return next(r for r in matrix.rows("job_memory") if r["id"] == ident)
 
 
-def stack_carries(stack: dict | None, fw: dict) -> str | None:
-    """None when the stack carries framework `fw`, else why not (one clause, for the refusal line)."""
+def stack_carries(stack: dict | None, fw: dict, labels: dict | None = None) -> str | None:
+    """None when the stack carries framework `fw`, else why not (one clause, for the refusal line).
+
+    `labels`: the image's framework labels ({set, kind, env, checkouts}), when it has them."""
     if not stack:
         return "the image has no provision stack label, so nothing says it carries " + fw["name"]
     if stack.get("framework") != fw["stack_framework"]:
@@ -53,14 +57,24 @@ def stack_carries(stack: dict | None, fw: dict) -> str | None:
     extra = (stack.get("extras") or {}).get(fw["stack_extra"])
     if not isinstance(extra, dict):
         return f"its stack has no {fw['name']}"
-    kinds = fw.get("extra_kinds")
-    if kinds and extra.get("kind") not in kinds:
-        return f"its stack's framework set is {extra.get('set') or extra.get('kind')}, not {fw['name']}"
+    kinds = fw.get("extra_kinds") or [fw["id"]]
+    kind = extra.get("kind") or fw["stack_extra"]  # a mindformers set names no kind: its key is its kind
+    if kind not in kinds:
+        return f"its stack's framework set is {extra.get('set') or kind}, not {fw['name']}"
+    if labels and labels.get("kind") and labels["kind"] not in kinds:
+        return f"its framework label names {labels.get('set')} ({labels['kind']}), not {fw['name']}"
     return None
 
 
 def build_hint(fw: dict, card: str) -> str:
     return fw["build"].format(card=card)
+
+
+def _safe_path(path: str) -> bool:
+    """An absolute path of plain characters: label text goes into job scripts only when it is one."""
+    import re
+
+    return re.fullmatch(r"(/[A-Za-z0-9._-]+)+", path) is not None and "/../" not in path + "/"
 
 
 def release(stack: dict | None, fw: dict) -> str | None:
@@ -70,11 +84,15 @@ def release(stack: dict | None, fw: dict) -> str | None:
     return str(value) if value else None
 
 
-def checkout(fw: dict, override: str | None = None) -> str:
-    """Where the framework's scripts are inside the image: the job file's framework_dir, else the recipe's
-    clone directory (images/<recipe>.yaml repos.<repo>.dir), else the matrix default."""
+def checkout(fw: dict, override: str | None = None, labels: dict | None = None) -> str:
+    """Where the framework's scripts are inside the image: the job file's framework_dir, else the path the
+    image's checkouts label gives, else the recipe's clone directory (images/<recipe>.yaml repos.<repo>.dir),
+    else the matrix default."""
     if override:
         return override
+    kept = ((labels or {}).get("checkouts") or {}).get(fw.get("checkout_repo") or "")
+    if isinstance(kept, dict) and isinstance(kept.get("path"), str) and _safe_path(kept["path"]):
+        return kept["path"]
     if fw.get("checkout_repo"):
         try:
             from provisioner.image import recipes

@@ -112,8 +112,11 @@ class JobPlan:
 
 
 def build(matrix, spec: JobSpec, card: str, chips_per_node: int, nnodes: int = 1, stack: dict | None = None,
-          image: str = "the image") -> JobPlan:
-    """Validate `spec` for this launch and render its files; JobRefused lists every reason it cannot run."""
+          image: str = "the image", framework: dict | None = None) -> JobPlan:
+    """Validate `spec` for this launch and render its files; JobRefused lists every reason it cannot run.
+
+    `stack`: the image's Stack (its label); `framework`: its framework labels (image.labels.framework_from_labels),
+    when it has them."""
     kind = catalog.kind(matrix, spec.kind, spec.at("kind"))
     fw = catalog.framework(matrix, kind)
     card_row, family, _ = matrix.lookup_card(card)
@@ -142,7 +145,7 @@ def build(matrix, spec: JobSpec, card: str, chips_per_node: int, nnodes: int = 1
     reasons += batch_reasons(spec, kind, shape)
     structural = bool(reasons)  # the memory estimate means nothing for a split that cannot run
 
-    why_not = catalog.stack_carries(stack, fw)
+    why_not = catalog.stack_carries(stack, fw, framework)
     if why_not:
         reasons.append(f"{image} cannot run a {kind['id']} job: {why_not}; build an image with {fw['name']}:"
                        f" {catalog.build_hint(fw, card_row['id'])}")
@@ -170,7 +173,7 @@ def build(matrix, spec: JobSpec, card: str, chips_per_node: int, nnodes: int = 1
     if reasons:
         raise JobRefused(reasons)
 
-    checkout = catalog.checkout(fw, spec.framework_dir)
+    checkout = catalog.checkout(fw, spec.framework_dir, framework)
     release = catalog.release(stack, fw)
     plan = JobPlan(spec=spec, kind=kind, framework=fw, model_row=model_row, shape=shape,
                    card={"id": card_row["id"], "name": card_row["name"], "family": family["id"]},

@@ -85,6 +85,22 @@ def test_a_stack_without_the_framework_is_refused_with_the_recipe(shipped, stack
     assert build(shipped, ms, stacks["mindformers"]).checkout == "/opt/mindformers"
 
 
+def test_the_image_framework_labels_must_agree_and_give_the_checkout(shipped, stacks, sft_job):
+    """org.provision.framework.* (image.labels.framework_from_labels): the kind must be the job's framework, and
+    the checkout path the image reports is where the scripts run from; a path that is not plain is not used."""
+    job = sft_job()
+    llm = {"set": "mindspeed-llm-2.3.0", "kind": "mindspeed-llm", "env": "x",
+           "checkouts": {"mindspeed_llm": {"commit": "1bdd9700", "ref": "2.3.0", "from": "gitee", "path": "/srv/MS-LLM"}}}
+    p = plan.build(shipped, job, card="800T-A2", chips_per_node=4, stack=stacks["llm"], image="image img", framework=llm)
+    assert p.checkout == "/srv/MS-LLM" and "cd /srv/MS-LLM" in p.files["steps/03-train.sh"]
+    odd = {**llm, "checkouts": {"mindspeed_llm": {"path": "/opt/x; rm -rf /"}}}
+    assert plan.build(shipped, job, card="800T-A2", chips_per_node=4, stack=stacks["llm"],
+                      framework=odd).checkout == "/opt/MindSpeed-LLM"
+    with pytest.raises(plan.JobRefused, match=r"its framework label names mindformers-1.7.0 \(mindformers\), not MindSpeed-LLM"):
+        plan.build(shipped, job, card="800T-A2", chips_per_node=4, stack=stacks["llm"],
+                   framework={"set": "mindformers-1.7.0", "kind": "mindformers", "env": None, "checkouts": {}})
+
+
 def test_a_7b_full_sft_that_cannot_fit_is_refused_with_a_split_that_fits(shipped, stacks, sft_job):
     job = sft_job(SFT.replace("tensor: 2, pipeline: 1, data: 2", "tensor: 1, pipeline: 1, data: 4"))
     msg = refused(shipped, job, stacks["llm"])
