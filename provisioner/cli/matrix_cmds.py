@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import click
 
-from provisioner.cli.common import emit_json, json_option, matrix_option, pop_resolve, resolve_options, table
+from provisioner.cli.common import (
+    emit_json,
+    json_option,
+    matrix_option,
+    pop_host,
+    pop_resolve,
+    resolve_options,
+    table,
+)
 from provisioner.cli.text import RESOLVE_SCHEMA, format_stack
 from provisioner.errors import ResolveError
 
@@ -24,16 +32,24 @@ def register(group: click.Group) -> None:
 def resolve_cmd(overlays, as_json, **kwargs):
     """Resolve a card and constraints into one consistent stack, explaining every choice.
 
+    On a host with an Ascend driver (this machine, or the host tree at --root)
+    the stack is limited to what that host runs: its driver, its chips (so
+    --card may be left out), its architecture, and its OS family as a
+    preference. --for-host none resolves for another machine.
+
     Impossible requests are refused (exit code 2) with the reasons and the
     nearest valid stacks.
     """
-    from provisioner.resolve.request import stack_for
+    from provisioner.cli import hoststack
 
     options = pop_resolve(kwargs)
+    host = pop_host(kwargs)
     try:
-        m, stack = stack_for(overlays, options)
+        m, stack, record = hoststack.stack_for(overlays, options, host)
     except ResolveError as exc:
+        hoststack.print_notes(getattr(exc, "host", None))
         return _refused(exc, options, as_json)
+    hoststack.print_notes(record)
     if as_json:
         emit_json({"schema": RESOLVE_SCHEMA, "status": "ok", "stack": stack})
     else:
@@ -52,6 +68,7 @@ def _refused(exc: ResolveError, options: dict, as_json: bool) -> int:
             "reasons": exc.reasons,
             "alternatives": exc.alternatives,
             "known_good": known_good,
+            "host": _public(getattr(exc, "host", None)),
         })
         return 2
     click.echo(f"provision: refused: {exc.reasons[0]}", err=True)
@@ -65,6 +82,12 @@ def _refused(exc: ResolveError, options: dict, as_json: bool) -> int:
         for n, alt in enumerate(exc.alternatives, 1):
             click.echo(f"  {n}. {relaxed_label(alt)}: {summary(alt)}", err=True)
     return 2
+
+
+def _public(record: dict | None) -> dict | None:
+    from provisioner.resolve.hostfit import public
+
+    return public(record)
 
 
 def relaxed_label(alt: dict) -> str:

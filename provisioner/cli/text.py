@@ -25,7 +25,7 @@ def table(rows: list[list], headers: list[str]) -> str:
     return "\n".join(lines)
 
 
-_ORDER = ["card", "task", "arch", "base_image", "cann", "driver", "os", "python", "torch", "torch_requirement",
+_ORDER = ["host", "card", "task", "arch", "base_image", "cann", "driver", "os", "python", "torch", "torch_requirement",
           "torch_npu", "mindspore", "apex", "deepspeed", "mindspeed_llm", "dtype", "host_os"]
 
 
