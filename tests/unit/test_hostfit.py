@@ -278,6 +278,11 @@ def test_npu_smi_runs_once_per_boot(tmp_path, capsys):
     (host / "proc/sys/kernel/random/boot_id").write_text("7b1c2f0e-0000-4000-8000-000000000002\n")  # a reboot
     assert run_json(capsys, "resolve", "--root", str(host)) == first
     assert calls.read_text().splitlines() == ["info", "info"]
+    info = host / "usr/local/Ascend/driver/version.info"  # a driver upgrade is seen at once
+    info.write_text(info.read_text().replace("Version=24.1.rc3", "Version=25.5.0"))
+    code, doc, _ = run_json(capsys, "resolve", "--root", str(host))
+    assert code == 0 and doc["stack"]["host"]["driver"]["version"] == "25.5.0"
+    assert doc["stack"]["cann"]["version"] == "9.1.0" and len(calls.read_text().splitlines()) == 3
 
 
 def test_without_a_boot_id_npu_smi_runs_every_time(tmp_path, capsys):
