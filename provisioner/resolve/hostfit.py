@@ -143,6 +143,8 @@ def apply(matrix, options: dict, facts: dict | None) -> tuple[dict, dict | None]
                                " another machine)")
         return opts, record
     prof = matrix.profile(opts["profile"])["constraints"] if opts.get("profile") else {}
+    for error in facts.get("errors") or ():
+        record["notes"].append(f"part of {where} could not be read: {error}")
     _apply_card(matrix, opts, prof, record, where)
     _apply_driver(opts, record, where, facts)
     _apply_arch(opts, prof, record, where)
@@ -198,6 +200,14 @@ def _apply_driver(opts: dict, record: dict, where: str, facts: dict) -> None:
         else:
             record["notes"].append(f"no Ascend driver found on {where}: CANN is not limited by a driver (the chips come"
                                    " from the saved npu-smi output; --driver names the target's)")
+        return
+    from provisioner.matrix.versions import V, VersionError
+
+    try:
+        V(drv["version"])
+    except VersionError:
+        record["notes"].append(f"the driver version of {where}, {drv['version']!r} ({drv['file']}), is not a version:"
+                               " CANN is not limited by it (--driver names it)")
         return
     if opts.get("driver"):
         if opts["driver"] != drv["version"]:
@@ -281,8 +291,10 @@ def refusal(matrix, opts: dict, record: dict, exc: ResolveError) -> ResolveError
     reasons = [r.replace(flag, host_flag) for r in exc.reasons]
     alternatives = [{**a, "relaxed": [host_flag if f == flag else f for f in a.get("relaxed", [])]}
                     for a in exc.alternatives]
-    card, family, _ = matrix.lookup_card(opts["card"]) if opts.get("card") else (None, None, None)
-    if family is None or opts.get("base_image"):
+    prof = matrix.profile(opts["profile"])["constraints"] if opts.get("profile") else {}
+    named = opts.get("card") or prof.get("card")
+    family = matrix.lookup_card(named)[1] if named else None
+    if family is None or opts.get("base_image") or prof.get("base_image"):
         return ResolveError(reasons[0], reasons=reasons, alternatives=alternatives)
     try:
         look = outlook(matrix, driver, family)

@@ -309,3 +309,29 @@ def test_render_on_a_host_whose_driver_runs_no_image_writes_nothing(tmp_path, ca
     code, text, err = run(capsys, "render", "--root", root("fit-800ta2-23.0rc3"), "-o", str(out))
     assert code == 2 and text == "" and err.count("\n") == 1 and not out.exists()
     assert err.startswith("provision: error: no stack: the driver of the host at ")
+
+
+def _host_copy(tmp_path: Path) -> Path:
+    host = tmp_path / "host"
+    shutil.copytree(hosts.FIXTURES / "fit-800ta2-24.1rc3" / "tree", host, symlinks=True)
+    return host
+
+
+def test_an_unparsable_driver_version_limits_nothing(tmp_path, capsys):
+    host = _host_copy(tmp_path)
+    (host / "usr/local/Ascend/driver/version.info").write_text("Version=V100R001C15\n")
+    code, doc, err = run_json(capsys, "resolve", "--root", str(host))
+    assert code == 0 and doc["stack"]["cann"]["version"] == "9.1.0" and "driver" not in doc["stack"]["request"]
+    assert "'V100R001C15' (/usr/local/Ascend/driver/version.info), is not a version: CANN is not limited" in err
+
+
+def test_npu_smi_failing_needs_the_card(tmp_path, capsys):
+    host = _host_copy(tmp_path)
+    smi = host / "usr/local/sbin/npu-smi"
+    smi.write_text("#!/bin/sh\necho 'dcmi module initialize failed. ret is -8005' >&2\nexit 1\n")
+    code, out, err = run(capsys, "resolve", "--root", str(host))
+    assert code == 2 and err.startswith("provision: error: --card is required: the chips of the host at")
+    assert "npu-smi info failed: exit code 1: dcmi module initialize failed. ret is -8005" in err
+    code, doc, err = run_json(capsys, "resolve", "--root", str(host), "--card", "300T-A2")
+    assert code == 0 and doc["stack"]["cann"]["version"] == "8.2.RC1"  # the driver still limits CANN
+    assert "the chips of the host at" in err and "were not read" in err
