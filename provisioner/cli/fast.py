@@ -66,7 +66,9 @@ def try_resolve(args: list[str]) -> int | None:
         if as_json:
             text.emit_json({"schema": text.RESOLVE_SCHEMA, "status": "ok", "stack": stack})
         else:
-            print(text.format_stack(stack))
+            from provisioner.resolve.report import format_stack
+
+            print(format_stack(stack))
     except BrokenPipeError:  # `provision resolve | head`: as the click path does
         return 0
     return 0

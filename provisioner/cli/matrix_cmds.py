@@ -11,10 +11,18 @@ from provisioner.cli.common import (
     pop_host,
     pop_resolve,
     resolve_options,
-    table,
 )
-from provisioner.cli.text import RESOLVE_SCHEMA, format_stack
+from provisioner.cli.text import RESOLVE_SCHEMA, refused_doc
 from provisioner.errors import ResolveError
+from provisioner.resolve.report import format_stack
+from provisioner.text import table
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
+    from provisioner.shapes import Stack
 
 
 def register(group: click.Group) -> None:
@@ -62,14 +70,8 @@ def _refused(exc: ResolveError, options: dict, as_json: bool) -> int:
     if options.get("profile"):
         known_good = _fixed_by(options)
     if as_json:
-        emit_json({
-            "schema": RESOLVE_SCHEMA,
-            "status": "refused",
-            "reasons": exc.reasons,
-            "alternatives": exc.alternatives,
-            "known_good": known_good,
-            "host": _public(getattr(exc, "host", None)),
-        })
+        emit_json(refused_doc(RESOLVE_SCHEMA, exc.reasons, alternatives=exc.alternatives, known_good=known_good,
+                              host=_public(getattr(exc, "host", None))))
         return 2
     click.echo(f"provision: refused: {exc.reasons[0]}", err=True)
     for reason in exc.reasons[1:]:
@@ -101,23 +103,23 @@ def relaxed_label(alt: dict) -> str:
     return "; ".join(parts)
 
 
-def _fixed_by(options: dict) -> dict | None:
-    from provisioner.matrix import loader as matrix
+def _fixed_by(options: dict) -> Stack | None:
+    from provisioner.matrix import loader
     from provisioner.resolve import request
-    from provisioner.resolve import solve as resolve
+    from provisioner.resolve.cached import cached_resolve
 
-    m = matrix.load()
+    m = loader.load()
     prof = m.profile(options["profile"])
     if not prof.get("fixed_by"):
         return None
     req = request.build(m, profile=prof["fixed_by"], arch=options.get("arch"))
     try:
-        return resolve.resolve(m, req)
+        return cached_resolve(m, req)
     except ResolveError:
         return None
 
 
-def summary(stack: dict) -> str:
+def summary(stack: Mapping[str, Any]) -> str:
     from provisioner.resolve.stack import summary as parts
 
     return f"{parts(stack)}, {stack['dtype']['compute']} ({stack['base_image']['ref']})"
@@ -160,9 +162,9 @@ def matrix_cmd(ctx, card, sections, overlays, as_json):
     """
     if ctx.invoked_subcommand is not None:
         return 0
-    from provisioner.matrix import loader as matrix_mod
+    from provisioner.matrix import loader
 
-    m = matrix_mod.load(list(overlays))
+    m = loader.load(list(overlays))
     data = {k: v for k, v in m.data.items() if k != "policy"}
     family = None
     if card:

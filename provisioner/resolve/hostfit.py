@@ -21,26 +21,20 @@ and says so in one line. Every value taken from the host, or checked against it,
 reason; the record becomes ``stack["host"]`` (it is not part of the stack id: the same choices give the same tag).
 
 This module does not import provisioner.host (the host package imports resolve, not the reverse): callers read
-the facts and pass them in. Whether a driver runs a CANN release is asked of the one driver-fit function
-(`_driverfit`).
+the facts and pass them in. Whether a driver runs a CANN release is asked of the one driver-fit module,
+provisioner/resolve/driverfit.py (imported where it is used: a warm resolve on the fast path needs none of it).
 """
 
 from __future__ import annotations
 
 import re
 
+from provisioner.arch import normalize
 from provisioner.errors import ProvisionError, ResolveError
 
 FOR_HOST = ("this", "none")
 ENV = "PROVISION_FOR_HOST"
 BASE_PLACEHOLDER = "IMAGE"
-
-
-def _driverfit():
-    """The module that answers "does HDK driver X run CANN Y" (driver_fit, hdk_row, hdk_summary)."""
-    from provisioner.resolve import solve as driverfit
-
-    return driverfit
 
 
 # ------------------------------------------------------------------ target
@@ -77,12 +71,6 @@ def chip_summary(chips: list[dict]) -> str:
         name = chip.get("name") or "?"
         counts[name] = counts.get(name, 0) + 1
     return ", ".join(f"{n} x {name}" for name, n in counts.items())
-
-
-def _arch(value: str | None) -> str | None:
-    from provisioner.resolve.request import ARCH_ALIASES
-
-    return ARCH_ALIASES.get(str(value).lower()) if value else None
 
 
 def _record(facts: dict) -> dict:
@@ -227,7 +215,7 @@ def _apply_arch(opts: dict, prof: dict, record: dict, where: str) -> None:
             record["notes"].append("the architecture of the target host is not known; this machine's is used (--arch names it)")
         return
     if named:
-        if _arch(named) and _arch(named) != have:
+        if normalize(named) and normalize(named) != have:
             raise ResolveError(f"--arch {named} does not run on {where}, which is {have}: drop --arch, or use"
                                " --for-host none to build for another machine")
         return
@@ -262,12 +250,12 @@ def resolve(matrix, options: dict, facts: dict | None) -> tuple[dict, dict | Non
 
 
 def _resolve(matrix, opts: dict) -> dict:
-    from provisioner.matrix import cache
     from provisioner.resolve import request
+    from provisioner.resolve.cached import cached_resolve
 
     opts = dict(opts)
     profile = opts.pop("profile", None)
-    return cache.cached_resolve(matrix, request.build(matrix, profile=profile, **opts))
+    return dict(cached_resolve(matrix, request.build(matrix, profile=profile, **opts)))
 
 
 def _try(matrix, opts: dict) -> dict | None:
@@ -335,9 +323,10 @@ def refusal(matrix, opts: dict, record: dict, exc: ResolveError) -> ResolveError
 
 
 def _needs(matrix, cann: str) -> str:
-    fit = _driverfit()
+    from provisioner.resolve import driverfit
+
     row = matrix.cann(cann)
-    return fit.hdk_summary(fit.hdk_row(matrix, row)[0]) if row else "no published HDK pairing"
+    return driverfit.needs(matrix, row)[0] if row else "no published HDK pairing"
 
 
 def outlook(matrix, driver: str, family: dict) -> dict:
@@ -347,9 +336,9 @@ def outlook(matrix, driver: str, family: dict) -> dict:
     oldest and newest CANN with an image (None without any), older: the driver is older than every HDK listed
     for the oldest}. Raises ValueError (VersionError) for a driver version that cannot be compared.
     """
-    from provisioner.matrix.versions import V, VersionError
+    from provisioner.matrix.versions import V
+    from provisioner.resolve import driverfit
 
-    fit = _driverfit()
     chip = family.get("image_chip")
     rows = []
     if chip:
@@ -357,23 +346,14 @@ def outlook(matrix, driver: str, family: dict) -> dict:
             if row["status"] == "release" and any(not i["devel"] for i in matrix.images(row["version"], chip)):
                 rows.append(row)
     rows.sort(key=lambda r: V(r["version"]).key)
-    fits = [r["version"] for r in rows if fit.driver_fit(driver, r, matrix) != "no"]
+    fits = [r["version"] for r in rows if driverfit.driver_fit(driver, r, matrix) != "no"]
 
     def needs(row):
-        return {"cann": row["version"], "needs": fit.hdk_summary(fit.hdk_row(matrix, row)[0])}
+        return {"cann": row["version"], "needs": driverfit.needs(matrix, row)[0]}
 
-    older = False
-    if rows:
-        src = fit.hdk_row(matrix, rows[0])[0]
-        lows = []
-        for item in [*src.get("hdk_paired", []), *src.get("hdk_compatible", [])]:
-            try:
-                lows.append(V(item.split("..")[0].rstrip("*").rstrip(".").lstrip("<>=")))
-            except VersionError:
-                continue
-        older = bool(lows) and V(driver) < min(lows)
+    low = driverfit.lowest(driverfit.hdk_row(matrix, rows[0])[0]) if rows else None
     return {"chip": chip, "fits": fits, "oldest": needs(rows[0]) if rows else None,
-            "newest": needs(rows[-1]) if rows else None, "older": older}
+            "newest": needs(rows[-1]) if rows else None, "older": low is not None and V(driver) < low}
 
 
 # ----------------------------------------------------------------- OS family

@@ -1,5 +1,5 @@
 """Build for the host you are on (issue 15), against the real engine: `provision build` on a simulated HDK 24.1.rc3
-host (fixture fit-800ta2-24.1rc3, device nodes with /dev/null's numbers) picks the chip from its npu-smi and a CANN
+host (fixture fit-800ta2-24.1rc3, real mknod device nodes with /dev/null's numbers) picks the chip from its npu-smi and a CANN
 its driver runs, and `run-cmd` and `launch` then accept the image on that host. The image the suite builds for no
 host (CANN 9.1.0, `launch_image`) is refused there: the driver check is the one that lets the first through.
 
@@ -18,7 +18,7 @@ import pytest
 from tests.helpers.engine import ROOT, TORCH, provision, trusted_ca_file
 from tests.launch.conftest import CPU_ENV, host_args
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow]
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.mknod]
 OVERLAY = ROOT / "tests" / "fixtures" / "overlays" / "torch-2.13-cann8.2.yaml"
 HOST = "fit-800ta2-24.1rc3"
 
@@ -28,7 +28,7 @@ def host_build(docker_client, base_image, wheelhouse, tmp_path_factory):
     """(simulated host, `provision build --json` document) for a build with no --card and no --driver."""
     from tests.helpers import hosts
 
-    h = hosts.materialize(HOST, tmp_path_factory.mktemp("hostfit"), null_numbers=True)
+    h = hosts.materialize(HOST, tmp_path_factory.mktemp("hostfit"), nodes="mknod", null_numbers=True)
     proc = provision("build", "--root", str(h.root), "--torch", TORCH, "--base-image", base_image,
                      "--matrix", str(OVERLAY), "--wheelhouse", wheelhouse, "--trusted-ca", trusted_ca_file(),
                      "--network", "host", "--json")

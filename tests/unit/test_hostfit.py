@@ -18,7 +18,7 @@ import pytest
 
 from provisioner.cli import app, main
 from provisioner.matrix import loader
-from provisioner.resolve import solve
+from provisioner.resolve import driverfit
 from tests.helpers import hosts
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "hostfit"
@@ -61,7 +61,7 @@ def test_no_card_no_driver_picks_the_chip_and_a_cann_the_driver_runs(name, m, ca
     assert code == 0 and err == "", err
     stack = doc["stack"]
     assert (stack["card"]["id"], stack["cann"]["version"], stack["os"]) == (card, cann, os_)
-    assert solve.driver_fit(driver, m.cann(cann), m) in ("ok", "newer")
+    assert driverfit.driver_fit(driver, m.cann(cann), m) in ("ok", "newer")
     assert stack["driver"]["host"] == driver and stack["request"]["driver"] == driver
     host = stack["host"]
     assert host["root"] == root(name) and host["found"] and host["driver"]["version"] == driver
