@@ -19,6 +19,8 @@ does; provisioner/host/buildfacts.py reads them) and this module turns the facts
 newest for the request, as when building for another machine. A host without an Ascend driver constrains nothing
 and says so in one line. Every value taken from the host, or checked against it, is listed in the record with its
 reason; the record becomes ``stack["host"]`` (it is not part of the stack id: the same choices give the same tag).
+The record names no path of the machine that resolves: another host's files are "the host read from --root" and its
+``root`` is null (``/`` for this machine), since stacks become image labels.
 
 This module does not import provisioner.host (the host package imports resolve, not the reverse): callers read
 the facts and pass them in. Whether a driver runs a CANN release is asked of the one driver-fit module,
@@ -73,14 +75,20 @@ def chip_summary(chips: list[dict]) -> str:
     return ", ".join(f"{n} x {name}" for name, n in counts.items())
 
 
+def _host_paths(facts: dict, text):
+    """``text`` with the paths of another host's files on this machine made the host's own (/tmp/x/tree/etc -> /etc)."""
+    root = str(facts["root"]).rstrip("/")
+    return text.replace(root + "/", "/").replace(root, "/") if text and root and not facts.get("live") else text
+
+
 def _record(facts: dict) -> dict:
     drv = facts.get("driver") or {}
     smi = facts.get("npu_smi")
     chips = _chips(facts)
     version = drv.get("version")
     osr = facts.get("os") or {}
-    record = {
-        "root": facts["root"],
+    record: dict = {
+        "root": "/" if facts.get("live", facts["root"] in ("/", "")) else None,
         "found": bool(facts.get("driver_dir") or chips),
         "driver": ({"version": version, "file": f"{drv.get('dir')}/version.info"} if version else None),
         "chips": None,
@@ -97,13 +105,15 @@ def _record(facts: dict) -> dict:
             "families": sorted({c["family"] for c in chips if c.get("family")}),
             "unknown": sorted({c.get("name") or "?" for c in chips if not c.get("family")}),
             "source": "saved npu-smi output" if smi.get("source") == "file" else "npu-smi info",
-            "error": smi.get("error") or (None if chips or smi.get("source") != "absent" else "npu-smi not found"),
+            "error": _host_paths(facts, smi.get("error")) or (None if chips or smi.get("source") != "absent" else "npu-smi not found"),
         }
     return record
 
 
 def _where(record: dict) -> str:
-    return "this host" if record["root"] in ("/", "") else f"the host at {record['root']}"
+    """The host in words. Another host's files are "the host read from --root", never their path on this machine:
+    the record goes into image labels, which must not carry the build machine's paths."""
+    return "this host" if record["root"] == "/" else "the host read from --root"
 
 
 def _add(record: dict, option: str, value, source: str, kind: str, why: str) -> None:
@@ -132,7 +142,7 @@ def apply(matrix, options: dict, facts: dict | None) -> tuple[dict, dict | None]
         return opts, record
     prof = matrix.profile(opts["profile"])["constraints"] if opts.get("profile") else {}
     for error in facts.get("errors") or ():
-        record["notes"].append(f"part of {where} could not be read: {error}")
+        record["notes"].append(f"part of {where} could not be read: {_host_paths(facts, error)}")
     _apply_card(matrix, opts, prof, record, where)
     _apply_driver(opts, record, where, facts)
     _apply_arch(opts, prof, record, where)
@@ -433,8 +443,9 @@ def public(record: dict | None) -> dict | None:
 
 def host_line(record: dict) -> str:
     """One line: what was read and what it decided."""
+    who = "this machine" if record["root"] == "/" else "read from --root"
     if not record["found"]:
-        return f"{record['root']}: no Ascend driver found; nothing is limited by the host"
+        return f"{who}: no Ascend driver found; nothing is limited by the host"
     parts = []
     if record["driver"]:
         parts.append(f"driver {record['driver']['version']}")
@@ -447,4 +458,4 @@ def host_line(record: dict) -> str:
         parts.append(record["os"])
     took = [c["option"] for c in record["constraints"] if c["from"] == "host"]
     tail = f"; from it: {', '.join(took)}" if took else ""
-    return f"{record['root']}: {', '.join(parts)}{tail} (--for-host none builds for another machine)"
+    return f"{who}: {', '.join(parts)}{tail} (--for-host none builds for another machine)"

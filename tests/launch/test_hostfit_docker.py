@@ -52,6 +52,7 @@ def test_the_build_takes_chip_driver_and_arch_from_the_host(host_build, docker_c
     assert taken == {"card": "800T-A2", "driver": "24.1.rc3", "arch": "x86_64"}
     label = json.loads(docker_client.images.get(doc["tag"]).labels["org.provision.stack"])
     assert label["host"] == stack["host"] and label["id"] == stack["id"] == doc["stack_id"]
+    assert label["host"]["root"] is None and str(h.root) not in json.dumps(label)  # no path of the build machine
 
 
 def test_run_cmd_accepts_it_on_that_host(host_build):
