@@ -38,7 +38,7 @@ def _choice_reason(ctx: Context, cand: dict, field: str, requested: str | None, 
     return f"{cand[field]}: {default_reason} (also possible: {', '.join(others)})"
 
 
-def _dtype(ctx: Context) -> tuple[dict, str | None]:
+def _dtype(ctx: Context, framework: str) -> tuple[dict, str | None]:
     fam, req = ctx.family, ctx.req
     note = None
     if req.dtype == "fp32":
@@ -53,7 +53,9 @@ def _dtype(ctx: Context) -> tuple[dict, str | None]:
             reason = f"fp16{' with dynamic loss scaling' if scaling else ''}: {fam.get('bf16_note') or 'no bf16 on this chip'}"
     else:
         compute, scaling = "bf16", None
-        reason = f"bf16: {fam['name']} supports bf16 (torch_npu reports it from Ascend910B1 on); no loss scaling needed"
+        # torch_npu's own check (IsBF16Supported) is the evidence only for PyTorch stacks.
+        why = "per matrices/chips.yaml" if framework == "mindspore" else "torch_npu reports it from Ascend910B1 on"
+        reason = f"bf16: {fam['name']} supports bf16 ({why}); no loss scaling needed"
     return {"compute": compute, "loss_scaling": scaling, "reason": reason}, note
 
 
@@ -203,9 +205,11 @@ def make_stack(ctx: Context, cand: dict, via_alias: str | None) -> dict:
         driver["fit"] = fit
         explain["driver"] += f"; driver {req.driver}: {fit}"
 
-    dtype, dtype_note = _dtype(ctx)
+    dtype, dtype_note = _dtype(ctx, cand["framework"])
     explain["dtype"] = dtype["reason"]
-    sources["dtype"] = _refs(m, fam.get("source"))
+    # NPUVARS is torch_npu's source: it says nothing about a MindSpore stack.
+    sources["dtype"] = _refs(m, [s for s in (fam.get("source") or [])
+                                 if cand["framework"] != "mindspore" or s != "NPUVARS"])
     if dtype_note:
         notes.append(dtype_note)
     if cann_row.get("notes") and "disagree" in cann_row["notes"]:
