@@ -22,6 +22,10 @@ def _image_options(f):
                      help="Add a non-root user whose group id is the host's HwHiAiUser group id (see `id HwHiAiUser`)."),
         click.option("--user-uid", type=click.IntRange(1, 2**31 - 1), default=None,
                      help="uid of that user (default 1000; needs --user-gid)."),
+        click.option("--source", "sources", multiple=True, metavar="NAME=PATH|URL",
+                     help="Take a framework checkout (mindspeed, megatron, mindspeed_llm, mindspeed_rl, vllm_ascend,"
+                          " mindformers) from a local git repository or another URL; verified against the commit the"
+                          " matrix pins (repeatable)."),
     ]
     for option in reversed(options):
         f = option(f)
@@ -31,10 +35,11 @@ def _image_options(f):
 def _prepare(overlays, kwargs: dict):
     """Resolve the stack for the recipe and render the context (in memory)."""
     from provisioner.errors import ProvisionError, ResolveError
-    from provisioner.image import recipes, render
+    from provisioner.image import recipes, render, sources
     from provisioner.resolve.request import stack_for
 
     recipe_name = kwargs.pop("recipe")
+    given = sources.parse(kwargs.pop("sources", ()))
     gid, uid = kwargs.pop("user_gid"), kwargs.pop("user_uid")
     if uid is not None and gid is None:
         raise ProvisionError("--user-uid needs --user-gid (the group that opens the NPU device nodes)")
@@ -46,7 +51,7 @@ def _prepare(overlays, kwargs: dict):
                              " nearest valid stacks)") from None
     recipe = recipes.choose(stack, recipe_name)
     user = render.User(uid=uid or 1000, gid=gid) if gid is not None else None
-    return render.render(matrix, stack, recipe, user=user)
+    return render.render(matrix, stack, recipe, user=user, sources=given)
 
 
 @click.command("render")

@@ -1,5 +1,6 @@
 """`provision doctor`: inside a container, check what a training run needs.
 
+For a MindSpore stack, MindSpore instead (provisioner/host/doctor_mindspore.py).
 torch and torch_npu importable and paired (and matching the image's Stack
 label), CANN libraries loadable, the host driver mapped in, NPU devices
 visible and numbered as expected, bf16, launch variables sane, /dev/shm.
@@ -22,7 +23,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from provisioner.host import hostfs
+from provisioner.host import doctor_mindspore, hostfs
 from provisioner.host import probe as host
 from provisioner.host.findings import counts, error, exit_code, info, ordered, run_checks, warning
 
@@ -158,6 +159,9 @@ def gather(root: str | Path = "/", dev_root: str | Path | None = None, env: dict
     cann_present = bool(facts["cann"]) or any(r["loaded"] for r in facts["libraries"] if r["provided_by"] == "cann")
     facts["cann_present"] = cann_present
     facts["torch"] = torch_probe(python or sys.executable, env, cann_present, timeout)
+    if ((facts["stack"] or {}).get("stack") or {}).get("framework") == "mindspore":
+        npu_usable = cann_present and bool(facts["devices"]["davinci_ids"])
+        facts["mindspore"] = doctor_mindspore.probe(python or sys.executable, env, npu_usable, timeout)
     facts["env"] = {k: env[k] for k in sorted(env) if k.startswith(("HCCL_", "ASCEND_", "GLOO_", AUTOLOAD))}
     facts["shm"] = host.shm_facts(dev)
     facts["summary"] = _summary(facts)
@@ -178,6 +182,8 @@ def _summary(f: dict) -> dict:
         "python": f["python"],
         "torch": torch_v,
         "torch_npu": npu_v,
+        **({"MindSpore": (f.get("mindspore") or {}).get("mindspore", {}).get("version") or "not importable"}
+           if "mindspore" in f else {}),
         "CANN": ", ".join(f"{c['version']} ({c['kind']})" for c in f["cann"]) or "not found",
         "driver": (f["driver"] or {}).get("version") or ("mapped, no version.info" if f["driver"] else "not mapped"),
         "devices": ", ".join(f"davinci{i}" for i in ids) or "none",
@@ -500,6 +506,7 @@ def check_shm(ctx: DoctorContext):
 CHECKS = [
     ("stack-label", check_stack_label),
     ("torch", check_torch),
+    ("mindspore", doctor_mindspore.check_mindspore),
     ("cann", check_cann),
     ("libraries", check_libraries),
     ("driver", check_driver),

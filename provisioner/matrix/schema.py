@@ -156,7 +156,74 @@ def _str_map(value, name):
     return value
 
 
+_HEX40 = frozenset("0123456789abcdef")
+
+
+def _commit(value, name):
+    if not isinstance(value, str) or len(value) != 40 or not set(value) <= _HEX40:
+        raise ValueError(f"{name} must be a full 40-hex git commit (lower case), got {value!r}:"
+                         " branches and tags move, a commit does not")
+    return value
+
+
+# The checkouts a framework set names: each *_ref label has a commit under `commits`.
+CHECKOUTS = ("mindspeed", "megatron", "mindspeed_llm", "mindspeed_rl", "vllm_ascend")
+
+
+def _commits(value, name):
+    if not isinstance(value, dict) or not value:
+        raise ValueError(f"{name} must map checkout names to 40-hex commits")
+    for key, commit in value.items():
+        if key not in CHECKOUTS:
+            raise ValueError(f"{name}: unknown checkout {key!r} (expected one of: {', '.join(CHECKOUTS)})")
+        _commit(commit, f"{name}.{key}")
+    return value
+
+
+def _env_steps(value, name):
+    """The upstream install order of a framework environment (see matrices/frameworks.yaml)."""
+    if not isinstance(value, list) or not value:
+        raise ValueError(f"{name} must be a non-empty list of steps")
+    seen = set()
+    for n, step in enumerate(value):
+        where = f"{name}[{n}]"
+        if not isinstance(step, dict):
+            raise ValueError(f"{where} must be a mapping")
+        unknown = sorted(set(step) - _STEP_KEYS)
+        if unknown:
+            raise ValueError(f"{where}: unknown key {unknown[0]!r} (expected one of: {', '.join(sorted(_STEP_KEYS))})")
+        for key in ("name", "title", "source"):
+            if not isinstance(step.get(key), str) or not step[key].strip():
+                raise ValueError(f"{where} needs {key!r} (text)")
+        if step["name"] in seen or step["name"] in ("framework", "base"):
+            raise ValueError(f"{where}: step name {step['name']!r} is taken")
+        seen.add(step["name"])
+        inline, from_file = step.get("requirements"), step.get("file")
+        if (inline is None) == (from_file is None):
+            raise ValueError(f"{where} needs either requirements (a list) or file (checkout/sdist + path)")
+        if inline is not None and not (isinstance(inline, list) and all(isinstance(x, str) for x in inline)):
+            raise ValueError(f"{where}.requirements must be a list of requirement strings")
+        if from_file is not None:
+            if not isinstance(from_file, dict) or not isinstance(from_file.get("path"), str) \
+                    or len([k for k in ("checkout", "sdist") if k in from_file]) != 1:
+                raise ValueError(f"{where}.file needs path and one of checkout / sdist")
+        if "no_deps" in step and not isinstance(step["no_deps"], bool):
+            raise ValueError(f"{where}.no_deps must be true or false")
+        pkg = step.get("package")
+        if pkg is not None:
+            if not isinstance(pkg, dict) or not isinstance(pkg.get("name"), str) \
+                    or len([k for k in ("checkout", "sdist") if k in pkg]) != 1:
+                raise ValueError(f"{where}.package needs name and one of checkout / sdist")
+            if not isinstance(pkg.get("env", {}), dict):
+                raise ValueError(f"{where}.package.env must map variable names to text")
+    return value
+
+
+_STEP_KEYS = frozenset({"name", "title", "source", "requirements", "file", "no_deps", "package", "notes"})
+
+
 STR, TEXT, VER, SPECS, PY, BOOL, INT = _str, _text, _ver, _specs, _pyrange, _bool, _int
+COMMIT, COMMITS, STEPS = _commit, _commits, _env_steps
 SOURCE, MAP, STR_MAP = _source, _mapping, _str_map
 records = _records
 opt = _optional
@@ -323,12 +390,15 @@ SECTIONS: dict[str, Section] = {
             "mindspeed_ref": STR,
             "megatron_ref": STR,
             "mindspeed_llm_ref": STR,
+            "commits": COMMITS,
             "torch": list_of(VER),
             "python": PY,
         },
         {
             "release": opt(STR),
             "mindspeed_rl_ref": opt(STR),
+            "vllm_ascend_ref": opt(STR),
+            "commits_note": opt(TEXT),
             "torch_npu_product": opt(STR),
             "cann": list_of(VER),
             "cann_compatible": SPECS,
@@ -345,6 +415,36 @@ SECTIONS: dict[str, Section] = {
         {"version": VER, "cann": VER, "on_pypi": BOOL},
         {"hdk": list_of(VER), "python": opt(PY), "cann_community": opt(STR), **NOTES},
         doc="MindSpore releases and the CANN they pair with",
+    ),
+    "mindformers": Section(
+        "version",
+        {"version": VER, "mindspore": VER, "cann": VER, "ref": STR, "commit": COMMIT},
+        {"hdk": list_of(VER), "python": opt(PY), **NOTES},
+        doc="MindSpore Transformers releases, the MindSpore and CANN each pairs with, and its source commit",
+    ),
+    "lock_targets": Section(
+        "arch",
+        {"arch": enum("x86_64", "aarch64"), "platforms": list_of(STR)},
+        dict(NOTES),
+        doc="the wheel platform tags a framework lock is resolved for, per CPU architecture",
+    ),
+    "framework_envs": Section(
+        "id",
+        {"id": STR, "set": STR, "python": VER, "steps": STEPS},
+        {
+            "torch": opt(VER),
+            "mindspore": opt(VER),
+            "base_set": opt(STR),
+            "sdists": opt(MAP),
+            "resolved": opt(MAP),
+            "inputs": opt(MAP),
+            "layers": opt(MAP),
+            "sources": opt(MAP),
+            "overrides": opt(list_of(MAP)),
+            "conflicts": opt(list_of(MAP)),
+            **NOTES,
+        },
+        doc="per framework set: the upstream install order and the lock it yields (scripts/lock_frameworks.py)",
     ),
     "extras": Section(
         "name",

@@ -268,10 +268,26 @@ def _bundles_for(ctx: Context, cand: dict) -> list[dict]:
             "mindspeed_llm": b["mindspeed_llm_ref"],
             "mindspeed_rl": b.get("mindspeed_rl_ref"),
         }
-        if any(str(refs.get(k)) != str(v) for k, v in pins.items()):
+        commits = b.get("commits") or {}
+        if any(not _pin_matches(str(v), refs.get(k), commits.get(k)) for k, v in pins.items()):
             continue
         out.append(b)
     return out
+
+
+def _pin_matches(pin: str, ref, commit) -> bool:
+    """A --pin names a checkout by its label (branch/tag) or by its commit (7 or more hex digits)."""
+    if ref is not None and pin == str(ref):
+        return True
+    return bool(commit) and len(pin) >= 7 and str(commit).startswith(pin.lower())
+
+
+def mindformers_rows(ctx: Context, cand: dict) -> list[dict]:
+    """MindSpore Transformers releases paired with the candidate's MindSpore."""
+    if not cand.get("mindspore") or "mindformers" not in ctx.m.data:
+        return []
+    return [r for r in ctx.m.rows("mindformers") if _same(r["mindspore"], cand["mindspore"])
+            and (not r.get("python") or cand["python"] in _pyr(r["python"]))]
 
 
 def _apex_row(ctx: Context) -> dict:
@@ -315,6 +331,9 @@ def build_constraints(ctx: Context) -> list[Constraint]:
         elif extra == "mindspeed-llm":
             label = "--with mindspeed-llm" + (" (pinned refs)" if req.pins else "")
             out.append(Constraint("mindspeed-llm", label, lambda c: bool(_bundles_for(ctx, c)), "torch"))
+        elif extra == "mindformers":
+            out.append(Constraint("mindformers", "--with mindformers", lambda c: bool(mindformers_rows(ctx, c)),
+                                  "mindspore"))
         elif extra == "deepspeed":
             row = _extra_row(ctx, "deepspeed")
             out.append(Constraint("deepspeed", "--with deepspeed",
@@ -452,6 +471,9 @@ def _alone_reason(ctx: Context, con: Constraint) -> str:
     if con.name == "apex":
         apex = _apex_row(ctx)
         return f"Ascend Apex needs Python {apex['python']} ({apex.get('python_note', '')}), and no stack for chip {chip} offers it"
+    if con.name == "mindformers":
+        pairs = ", ".join(f"{r['version']} with MindSpore {r['mindspore']}" for r in m.rows("mindformers"))
+        return f"no MindSpore Transformers release in the matrix pairs with a MindSpore stack for chip {chip} ({pairs})"
     if con.name == "mindspeed-llm":
         fams = sorted({f for b in m.rows("llm_bundles") for f in b.get("families", [])})
         if fams and fam["id"] not in fams:

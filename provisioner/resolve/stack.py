@@ -18,6 +18,7 @@ from provisioner.resolve.solve import (
     driver_fit,
     hdk_row,
     hdk_summary,
+    mindformers_rows,
     penalties,
 )
 
@@ -151,7 +152,11 @@ def make_stack(ctx: Context, cand: dict, via_alias: str | None) -> dict:
                 "megatron": bundle["megatron_ref"],
                 "mindspeed_llm": bundle["mindspeed_llm_ref"],
                 "mindspeed_rl": bundle.get("mindspeed_rl_ref"),
+                # What the image checks out: the refs above are labels, these are the sources.
+                "commits": dict(bundle["commits"]),
             }
+            if bundle.get("vllm_ascend_ref"):
+                extras["mindspeed_llm"]["vllm_ascend"] = bundle["vllm_ascend_ref"]
             explain["mindspeed_llm"] = (f"{bundle['id']}: MindSpeed {bundle['mindspeed_ref']}, Megatron-LM"
                                         f" {bundle['megatron_ref']}, MindSpeed-LLM {bundle['mindspeed_llm_ref']}"
                                         f" (released for torch {', '.join(bundle['torch'])}, Python {bundle['python']})")
@@ -163,6 +168,13 @@ def make_stack(ctx: Context, cand: dict, via_alias: str | None) -> dict:
                                 + f"pairs with CANN {ms['cann']}" + ("" if ms["on_pypi"] else "; not on PyPI"))
         sources["mindspore"] = _refs(m, ms.get("source"))
         cann_reason = f"MindSpore {ms['version']} pairs with it"
+        if "mindformers" in req.extras:
+            mf = mindformers_rows(ctx, cand)[-1]
+            extras["mindformers"] = {"set": f"mindformers-{mf['version']}", "version": mf["version"],
+                                     "ref": mf["ref"], "commits": {"mindformers": mf["commit"]}}
+            explain["mindformers"] = (f"MindSpore Transformers {mf['version']} ({mf['ref']}, {mf['commit'][:8]}):"
+                                      f" the release paired with MindSpore {ms['version']}")
+            sources["mindformers"] = _refs(m, mf.get("source"))
 
     explain["cann"] = f"{cand['cann']}: " + ("as requested; " if req.cann else "") + cann_reason
     sources["cann"] = _refs(m, cann_row.get("source"))
