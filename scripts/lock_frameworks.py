@@ -133,15 +133,17 @@ def project_requirements() -> list[str]:
     return list(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"])
 
 
-def lock_env(env: dict, repos: dict[str, str], pip: Pip, archs: list[str]) -> dict:
+def commits_of(env: dict) -> dict[str, str]:
     bundles = {b["id"]: b for b in load("mindspeed.yaml")["llm_bundles"]}
-    mfs = {f"mindformers-{r['version']}": r for r in load("mindspore.yaml")["mindformers"]}
-    sets = {r["id"]: r for r in load("packages.yaml")["packages"]}
     if env["set"] in bundles:
-        commits = dict(bundles[env["set"]]["commits"])
-    else:
-        commits = {"mindformers": mfs[env["set"]]["commit"]}
-    inputs = Inputs(repos, commits, env.get("sdists") or {})
+        return dict(bundles[env["set"]]["commits"])
+    mfs = {f"mindformers-{r['version']}": r for r in load("mindspore.yaml")["mindformers"]}
+    return {"mindformers": mfs[env["set"]]["commit"]}
+
+
+def lock_env(env: dict, repos: dict[str, str], pip: Pip, archs: list[str]) -> dict:
+    sets = {r["id"]: r for r in load("packages.yaml")["packages"]}
+    inputs = Inputs(repos, commits_of(env), env.get("sdists") or {})
     steps, extra_requires = steps_of(env, inputs)
     base_set = sets.get(env.get("base_set")) if env.get("base_set") else None
     targets = {r["arch"]: r["platforms"] for r in load("frameworks.yaml")["lock_targets"]}
@@ -195,14 +197,8 @@ def merge(env: dict, results: dict[str, fwlock.Result], inputs: Inputs) -> dict:
 
             by = [w for w in entry.why if not Requirement(w.split(" (", 1)[0]).specifier.contains(was, True)]
             key = (name, was, entry.version, entry.step)
-            if not by:
-                # Nothing in the step excludes the torch line's version: the package was not in the environment
-                # before this step (the base holds only what the framework and provision need), and pip took the
-                # newest release the step's requirements allow.
-                by = [f"new in this step, newest allowed by: {w}" for w in list(entry.why)[:3]] or \
-                     [f"new in this step ({entry.step})"]
             row = overrides.setdefault(key, {"package": name, "torch_line": was, "lock": entry.version,
-                                             "step": entry.step, "by": by, "archs": []})
+                                             "step": entry.step, "by": by or list(entry.why)[:3], "archs": []})
             row["archs"].append(arch)
     conflicts: dict[tuple, dict] = {}
     for arch, res in results.items():
@@ -222,12 +218,37 @@ def merge(env: dict, results: dict[str, fwlock.Result], inputs: Inputs) -> dict:
     }
 
 
+def explain(out: dict) -> dict:
+    """Say so where nothing in a step excludes the torch line's version of a package it changed.
+
+    That happens for a package that was not in the environment before the step (the base holds only what the
+    framework and provision need): pip then took the newest release the step's requirements allow.
+    """
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    for row in out["overrides"]:
+        excluding = []
+        for text in row["by"]:
+            try:
+                req = Requirement(text.split(" (", 1)[0])
+            except InvalidRequirement:
+                continue
+            if not req.specifier.contains(row["torch_line"], prereleases=True):
+                excluding.append(text)
+        if not excluding and not all(t.startswith("new in this step") for t in row["by"]):
+            row["by"] = [f"new in this step, newest allowed by: {t}" for t in row["by"]] or ["new in this step"]
+    return out
+
+
 def dump(out: dict) -> list[str]:
     """The generated keys as YAML lines at row indentation (stable, one lock line per line)."""
     lines = []
     for key in ("resolved", "inputs"):
         lines.append(f"    {key}:")
         lines += [f"      {json.dumps(k)}: {json.dumps(v)}" for k, v in out[key].items()]
+    lines.append("    # what the packages built from source declare (their upstream file): checked like the lock")
+    lines.append("    sources:" if out["sources"] else "    sources: {}")
+    lines += [f"      {json.dumps(k)}: {json.dumps(v)}" for k, v in out["sources"].items()]
     lines.append("    layers:")
     for step, items in out["layers"].items():
         lines.append(f"      {json.dumps(step)}:")
@@ -281,6 +302,9 @@ def main() -> int:
             out = json.loads(Path(args.load, f"{env_id}.json").read_text())
         else:
             out = lock_env(rows[env_id], repos, pip, args.arch or ["x86_64", "aarch64"])
+        inputs = Inputs(repos, commits_of(rows[env_id]), rows[env_id].get("sdists") or {})
+        out["sources"] = {name: list(reqs) for name, reqs in sorted(steps_of(rows[env_id], inputs)[1].items())}
+        out = explain(out)
         if args.save:
             Path(args.save).mkdir(parents=True, exist_ok=True)
             Path(args.save, f"{env_id}.json").write_text(json.dumps(out, indent=1))

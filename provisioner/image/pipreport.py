@@ -126,8 +126,12 @@ class Pip:
         with tempfile.TemporaryDirectory(prefix="provision-pip-") as tmp:
             req = Path(tmp, "requirements.txt")
             req.write_text("".join(f"{r}\n" for r in requirements), encoding="utf-8")
+            # fast-deps: read a wheel's METADATA with HTTP range requests. An index without PEP 658 metadata
+            # files (this one's proxy serves none) otherwise makes pip download every wheel it considers,
+            # torch and MindSpore included (hundreds of MB each), just to learn their requirements.
             args = [self.python, "-c", _CHILD, "install", "--dry-run", "--ignore-installed", "--quiet",
-                    "--report", "-", "--python-version", target.python, "--only-binary=:all:", "-r", str(req)]
+                    "--use-feature=fast-deps", "--report", "-", "--python-version", target.python,
+                    "--only-binary=:all:", "-r", str(req)]
             for plat in target.platforms:
                 args += ["--platform", plat]
             if constraints:
