@@ -245,6 +245,14 @@ def render(matrix, stack: dict, recipe, user: User | None = None, project_root: 
     for rel, src in project.files(root).items():
         ctx.add(f"project/{rel}", src)
     ctx.manifest = _manifest(stack, recipe, tag, row, layers, proj, user, label_map, ctx)
+    if fw:
+        plan = fw["plan"]
+        ctx.manifest["framework"] = {
+            "set": plan.set_id, "kind": plan.kind, "env": plan.env["id"],
+            "checkouts": {c.name: c.to_dict() for c in fw["checkouts"]},
+            "built_from_source": [p.name for p in plan.packages],
+            "accepted_conflicts": plan.accepted,
+        }
     ctx.add(MANIFEST, (json.dumps(ctx.manifest, indent=2, ensure_ascii=False) + "\n").encode())
     return ctx
 

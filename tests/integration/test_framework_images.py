@@ -78,7 +78,7 @@ def test_mindspore_image_labels_name_the_set_and_checkouts(docker_client, mindsp
 def test_doctor_checks_mindspore_in_the_image(mindspore_build, run_in_image):
     code, out, err = run_in_image(mindspore_build["tag"], ["provision", "doctor", "--json"])
     doc = json.loads(out)
-    ids = {f["check"]: f for f in doc["findings"]}
+    ids = {f["id"]: f for f in doc["findings"]}
     assert doc["facts"]["mindspore"]["mindspore"]["version"] == "2.7.1", doc["facts"]["mindspore"]
     assert ids["mindspore-run-check"]["severity"] == "info", ids["mindspore-run-check"]
     assert "mindformers-ok" in ids and "mindspore-no-npu" in ids

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from provisioner.errors import MatrixError, ProvisionError
-from provisioner.image import fwlock, frameworks, recipes, render
+from provisioner.image import frameworks, fwlock, recipes, render
 from provisioner.image.labels import framework_from_labels
 from provisioner.matrix import loader
 from provisioner.matrix.schema import CHECKOUTS

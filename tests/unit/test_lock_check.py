@@ -18,7 +18,7 @@ def wheel(folder: Path, name: str, version: str, requires: list[str]) -> Path:
     """A minimal pure-Python wheel (one module, METADATA with Requires-Dist)."""
     dist = f"{name.replace('-', '_')}-{version}"
     path = folder / f"{dist}-py3-none-any.whl"
-    meta = [f"Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    meta = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
     meta += [f"Requires-Dist: {r}" for r in requires]
     with zipfile.ZipFile(path, "w") as zf:
         zf.writestr(f"{name.replace('-', '_')}_mod.py", "")
