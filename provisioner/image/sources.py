@@ -21,6 +21,10 @@ from pathlib import Path
 from provisioner.errors import ProvisionError
 
 _URL = re.compile(r"^(?:[a-z][a-z0-9+.-]*://|[\w.-]+@[\w.-]+:)", re.I)
+# What may reach the Dockerfile (a RUN line, a comment, an error message in double quotes): nothing a shell or
+# the Dockerfile parser would read as more than a word.
+_SAFE_URL = re.compile(r"^[A-Za-z0-9._~:/@%+=-]+$")
+_SAFE_LABEL = re.compile(r"^[A-Za-z0-9._/+-]+$")
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,12 @@ def checkouts(repos: dict[str, dict], commits: dict[str, str], labels: dict[str,
         label = labels.get(name) or commit[:12]
         where = given.get(name)
         keep = spec.get("dir")
+        if not _SAFE_LABEL.match(label):
+            raise ProvisionError(f"checkout {name}: ref label {label!r} has characters a Dockerfile must not carry")
+        url = spec["url"] if where is None else where
+        if (where is None or _URL.match(where)) and not _SAFE_URL.match(url):
+            raise ProvisionError(f"checkout {name}: URL {url!r} has characters a Dockerfile must not carry"
+                                 " (letters, digits and ._~:/@%+=- only)")
         if where is None:
             out.append(Checkout(name, commit, label, url=spec["url"], keep=keep))
         elif _URL.match(where):

@@ -8,6 +8,7 @@ with ``remove: true``.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from provisioner.errors import MatrixError
@@ -195,6 +196,8 @@ def _env_steps(value, name):
         for key in ("name", "title", "source"):
             if not isinstance(step.get(key), str) or not step[key].strip():
                 raise ValueError(f"{where} needs {key!r} (text)")
+        if not _PKG_NAME.match(step["name"]) or "\n" in step["title"]:
+            raise ValueError(f"{where}: name must be a plain name and title one line (both reach the Dockerfile)")
         if step["name"] in seen or step["name"] in ("framework", "base"):
             raise ValueError(f"{where}: step name {step['name']!r} is taken")
         seen.add(step["name"])
@@ -214,8 +217,34 @@ def _env_steps(value, name):
             if not isinstance(pkg, dict) or not isinstance(pkg.get("name"), str) \
                     or len([k for k in ("checkout", "sdist") if k in pkg]) != 1:
                 raise ValueError(f"{where}.package needs name and one of checkout / sdist")
-            if not isinstance(pkg.get("env", {}), dict):
-                raise ValueError(f"{where}.package.env must map variable names to text")
+            # These reach a Dockerfile RUN line: names and values are held to plain characters.
+            if not _PKG_NAME.match(pkg["name"]) or not _PKG_NAME.match(str(pkg.get("checkout") or pkg.get("sdist"))):
+                raise ValueError(f"{where}.package: name and checkout/sdist must be plain names")
+            env = pkg.get("env", {})
+            if not isinstance(env, dict) or not all(_ENV_NAME.match(str(k)) and _ENV_VALUE.match(str(v))
+                                                    for k, v in env.items()):
+                raise ValueError(f"{where}.package.env must map variable names (A-Z, 0-9, _) to plain values")
+            if "declares" in pkg and not isinstance(pkg["declares"], bool):
+                raise ValueError(f"{where}.package.declares must be true or false")
+    return value
+
+
+_PKG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+_ENV_VALUE = re.compile(r"^[A-Za-z0-9._+:/=-]*$")
+
+
+def _sdists(value, name):
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} must map sdist names to {{version, sha256, url}}")
+    for key, spec in value.items():
+        if not _PKG_NAME.match(str(key)) or not isinstance(spec, dict):
+            raise ValueError(f"{name}.{key}: a plain package name mapping to version, sha256 and url")
+        _ver(spec.get("version"), f"{name}.{key}.version")
+        if not re.fullmatch(r"[0-9a-f]{64}", str(spec.get("sha256"))):
+            raise ValueError(f"{name}.{key}.sha256 must be 64 hex digits")
+        if not str(spec.get("url", "")).startswith("https://"):
+            raise ValueError(f"{name}.{key}.url must be an https URL")
     return value
 
 
@@ -435,7 +464,7 @@ SECTIONS: dict[str, Section] = {
             "torch": opt(VER),
             "mindspore": opt(VER),
             "base_set": opt(STR),
-            "sdists": opt(MAP),
+            "sdists": opt(_sdists),
             "resolved": opt(MAP),
             "inputs": opt(MAP),
             "layers": opt(MAP),

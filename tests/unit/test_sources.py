@@ -101,3 +101,31 @@ def test_unknown_checkout_name_lists_the_known_ones():
 def test_parse_normalises_names():
     assert sources.parse(["MindSpeed-LLM=./x", "vllm_ascend=https://h/v.git"]) == {
         "mindspeed_llm": "./x", "vllm_ascend": "https://h/v.git"}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--profile", "mindspeed-rl-2.0.0-grpo", "--source", "mindspeed=/nonexistent"],
+     "--source mindspeed=/nonexistent: no such directory"),
+    (["--card", "300T-A2", "--source", "mindspeed=/tmp"], "--source mindspeed: recipe 'pytorch' makes no checkouts"),
+    (["--profile", "mindspeed-rl-2.0.0-grpo", "--source", "bogus"], "--source 'bogus': expected NAME=PATH"),
+])
+def test_cli_refuses_bad_sources_in_one_line(tmp_path, args, message):
+    import sys
+    from pathlib import Path
+
+    out = tmp_path / "ctx"
+    proc = subprocess.run([sys.executable, "-m", "provisioner.cli", "render", *args, "-o", str(out)],
+                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == f"provision: error: {message}" or proc.stderr.strip().startswith(
+        f"provision: error: {message}"), proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+@pytest.mark.parametrize("given, labels, message", [
+    ({"mindspeed": 'http://h/x.git" && touch /pwned #'}, {}, "URL"),
+    ({}, {"mindspeed": "v1\nRUN evil"}, "ref label"),
+])
+def test_nothing_unvalidated_reaches_the_dockerfile(given, labels, message):
+    with pytest.raises(ProvisionError, match=message):
+        sources.checkouts(REPOS, {"mindspeed": "c" * 40}, labels, given)
