@@ -43,9 +43,14 @@ def _prepare(overlays, kwargs: dict):
     gid, uid = kwargs.pop("user_gid"), kwargs.pop("user_uid")
     if uid is not None and gid is None:
         raise ProvisionError("--user-uid needs --user-gid (the group that opens the NPU device nodes)")
-    options = recipes.request_options(recipe_name, pop_resolve(kwargs))
+    plain = pop_resolve(kwargs)
+    options = recipes.request_options(recipe_name, plain)
     try:
         matrix, stack = stack_for(overlays, options)
+        if recipe_name is None and stack["framework"] == "mindspore" and "mindformers" not in stack["extras"]:
+            # The MindSpore image carries MindSpore Transformers: resolve with what its recipe needs.
+            recipe_name = "mindspore"
+            matrix, stack = stack_for(overlays, recipes.request_options(recipe_name, plain))
     except ResolveError as exc:
         raise ProvisionError(f"no stack: {exc} (`provision resolve` with the same options shows why and the"
                              " nearest valid stacks)") from None
