@@ -31,8 +31,10 @@ def mindspore_build(docker_client, base_image, tmp_path_factory):
     work = tmp_path_factory.mktemp("mindformers")
     repo, commit = fwrepos.mindformers_repo(work)
     overlay = fwrepos.mindformers_overlay(work / "overlay.yaml", "1.7.0", commit)
-    # MindSpore's x86_64 wheel is 790 MB: kept in the test wheelhouse, so it is downloaded once, not per build.
-    wheelhouse = Path(os.environ.get("PROVISION_TEST_WHEELHOUSE", ROOT / ".cache" / "wheelhouse")).resolve()
+    # MindSpore's x86_64 wheel is 790 MB: kept in a wheelhouse of its own (not the one every other image test
+    # sends to the engine), so it is downloaded once, not per build.
+    wheelhouse = Path(os.environ.get("PROVISION_TEST_MINDSPORE_WHEELHOUSE",
+                                     ROOT / ".cache" / "wheelhouse-mindspore")).resolve()
     wheelhouse.mkdir(parents=True, exist_ok=True)
     if not list(wheelhouse.glob("mindspore-2.7.1-cp311-*.whl")):
         env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")} | {"PIP_CONFIG_FILE": os.devnull}
