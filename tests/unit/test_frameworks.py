@@ -135,7 +135,8 @@ def rl(m):
 
 def test_seed_grpo_image_renders_with_vllm_ascend_antlr4_and_jemalloc(rl):
     df = rl.dockerfile
-    assert "VLLM_TARGET_DEVICE=empty pip wheel --no-cache-dir --no-deps --no-build-isolation --require-hashes" in df
+    assert ("VLLM_TARGET_DEVICE=empty TORCH_DEVICE_BACKEND_AUTOLOAD=0 pip wheel --no-cache-dir --no-deps"
+            " --no-build-isolation --require-hashes") in df
     sdist = rl.read("requirements/sdist-vllm.txt").decode()
     assert sdist.startswith("vllm==0.7.3 --hash=sha256:841cc30b")
     assert "checkout --quiet --detach 0713836e95fe993feefe334945b5b273e4add1f1" in df
