@@ -154,6 +154,9 @@ def choose(stack: dict, name: str | None = None) -> Recipe:
     # The most specific recipe first (most required extras), the default recipe last.
     fitting.sort(key=lambda r: (-len(r.requires), not r.default, r.name))
     if not fitting:
+        close = [r for r in candidates if r.framework == stack["framework"]]
+        if close:
+            raise ProvisionError(f"recipe {close[0].name!r} needs a stack resolved --with {', '.join(close[0].requires)}")
         raise ProvisionError(f"no recipe in images/ builds a {stack['framework']} stack")
     return fitting[0]
 
