@@ -36,7 +36,7 @@ def _prepare(overlays, kwargs: dict):
     """Resolve the stack for the recipe and render the context (in memory)."""
     from provisioner.errors import ProvisionError, ResolveError
     from provisioner.image import recipes, render, sources
-    from provisioner.resolve.request import stack_for
+    from provisioner.resolve.cached import stack_for
 
     recipe_name = kwargs.pop("recipe")
     given = sources.parse(kwargs.pop("sources", ()))

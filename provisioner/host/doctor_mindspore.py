@@ -16,6 +16,10 @@ import json
 from provisioner.host import probe as host
 from provisioner.host.findings import error, info, warning
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
 _MARK = "PROVISION-DOCTOR-MINDSPORE:"
 
 
@@ -66,7 +70,7 @@ def _probe_main(device: str) -> None:  # pragma: no cover - runs in the child pr
     print(_MARK + json.dumps(out), flush=True)
 
 
-def probe(python: str, env: dict, npu_usable: bool, timeout: float) -> dict:
+def probe(python: str, env: Mapping[str, str], npu_usable: bool, timeout: float) -> dict:
     device = "Ascend" if npu_usable else "CPU"
     code = f"from provisioner.host.doctor_mindspore import _probe_main; _probe_main({device!r})"
     res = host.run_command([python, "-c", code], timeout, env=dict(env))

@@ -22,6 +22,11 @@ from dataclasses import dataclass, field
 from provisioner.errors import ProvisionError
 from provisioner.image.packages import Layer, active_lines
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
 
 @dataclass(frozen=True)
 class SourcePackage:
@@ -48,7 +53,7 @@ class Plan:
         return [p.name for p in self.packages]
 
 
-def set_of(stack: dict) -> tuple[str, str, dict] | None:
+def set_of(stack: Mapping[str, Any]) -> tuple[str, str, dict] | None:
     """(set id, kind, commits) of the framework set a stack carries, or None."""
     extras = stack.get("extras") or {}
     if extras.get("mindspeed_llm"):
@@ -60,7 +65,7 @@ def set_of(stack: dict) -> tuple[str, str, dict] | None:
     return None
 
 
-def select(matrix, stack: dict) -> dict:
+def select(matrix, stack: Mapping[str, Any]) -> dict:
     """The environment row for the stack's set, framework version and Python."""
     found = set_of(stack)
     assert found is not None
@@ -83,8 +88,11 @@ def select(matrix, stack: dict) -> dict:
     return row
 
 
-def plan(matrix, stack: dict) -> Plan:
-    set_id, kind, commits = set_of(stack)
+def plan(matrix, stack: Mapping[str, Any]) -> Plan:
+    found = set_of(stack)
+    if found is None:
+        raise ProvisionError("the stack carries no framework set (resolve it --with mindspeed-llm or --with mindformers)")
+    set_id, kind, commits = found
     env = select(matrix, stack)
     steps = {s["name"]: s for s in env["steps"]}
     layers = []

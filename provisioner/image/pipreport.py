@@ -110,7 +110,7 @@ class Pip:
             args += ["--find-links", str(self.wheels)]
         return args
 
-    def report(self, target: Target, requirements: list[str], constraints: list[str] = (), no_deps: bool = False,
+    def report(self, target: Target, requirements: list[str], constraints: list[str] | tuple[str, ...] = (), no_deps: bool = False,
                build_missing: bool = True) -> list[Item]:
         """The distributions `pip install` would install for `requirements` on `target` (nothing installed)."""
         for _ in range(12):
@@ -158,8 +158,10 @@ class Pip:
         from packaging.requirements import Requirement
 
         req = Requirement(requirement)
-        for built in self.wheels.glob("*.whl"):
-            name, version = built.name.split("-")[:2]
+        if self.wheels is None:
+            return False  # nowhere to keep a built wheel: the index's answer stands
+        for kept in self.wheels.glob("*.whl"):
+            name, version = kept.name.split("-")[:2]
             if norm(name) == norm(req.name) and req.specifier.contains(version, prereleases=True):
                 return False  # built before and still not enough: the requirement itself cannot be met
         with tempfile.TemporaryDirectory(prefix="provision-wheel-") as tmp:

@@ -13,7 +13,7 @@ from provisioner.errors import MatrixError, ProvisionError
 from provisioner.image import frameworks, fwlock, recipes, render
 from provisioner.image.labels import framework_from_labels
 from provisioner.matrix import loader
-from provisioner.matrix.schema import CHECKOUTS
+from provisioner.matrix.fields import CHECKOUTS
 from provisioner.resolve import request, solve
 from tests.helpers import fwrepos
 
