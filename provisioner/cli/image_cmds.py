@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from provisioner.cli.common import emit_json, json_option, pop_resolve, resolve_options
+from provisioner.cli.common import emit_json, json_option, pop_host, pop_resolve, resolve_options
 
 RENDER_SCHEMA = "provision.render/1"
 BUILD_SCHEMA = "provision.build/1"
@@ -34,9 +34,9 @@ def _image_options(f):
 
 def _prepare(overlays, kwargs: dict):
     """Resolve the stack for the recipe and render the context (in memory)."""
+    from provisioner.cli import hoststack
     from provisioner.errors import ProvisionError, ResolveError
     from provisioner.image import recipes, render, sources
-    from provisioner.resolve.cached import stack_for
 
     recipe_name = kwargs.pop("recipe")
     given = sources.parse(kwargs.pop("sources", ()))
@@ -45,15 +45,18 @@ def _prepare(overlays, kwargs: dict):
         raise ProvisionError("--user-uid needs --user-gid (the group that opens the NPU device nodes)")
     plain = pop_resolve(kwargs)
     options = recipes.request_options(recipe_name, plain)
+    host = pop_host(kwargs)
     try:
-        matrix, stack = stack_for(overlays, options)
+        matrix, stack, record = hoststack.stack_for(overlays, options, host)
         if recipe_name is None and stack["framework"] == "mindspore" and "mindformers" not in stack["extras"]:
             # The MindSpore image carries MindSpore Transformers: resolve with what its recipe needs.
             recipe_name = "mindspore"
-            matrix, stack = stack_for(overlays, recipes.request_options(recipe_name, plain))
+            matrix, stack, record = hoststack.stack_for(overlays, recipes.request_options(recipe_name, plain), host)
     except ResolveError as exc:
+        hoststack.print_notes(getattr(exc, "host", None))
         raise ProvisionError(f"no stack: {exc} (`provision resolve` with the same options shows why and the"
                              " nearest valid stacks)") from None
+    hoststack.print_notes(record)
     recipe = recipes.choose(stack, recipe_name)
     user = render.User(uid=uid or 1000, gid=gid) if gid is not None else None
     return render.render(matrix, stack, recipe, user=user, sources=given)
@@ -83,6 +86,8 @@ def render_cmd(overlays, output, as_json, **kwargs):
         click.echo(f"{path}: build context for {ctx.tag}")
         click.echo(f"  recipe {ctx.manifest['recipe']['name']}, stack {ctx.manifest['stack_id']},"
                    f" package set {ctx.manifest['package_set']['id']}, base {ctx.manifest['base_image']}")
+        if (ctx.manifest.get("stack") or {}).get("host"):
+            click.echo(f"  host {ctx.manifest['stack']['explain']['host']}")
     return 0
 
 
