@@ -86,8 +86,10 @@ def render_cmd(overlays, output, as_json, **kwargs):
         click.echo(f"{path}: build context for {ctx.tag}")
         click.echo(f"  recipe {ctx.manifest['recipe']['name']}, stack {ctx.manifest['stack_id']},"
                    f" package set {ctx.manifest['package_set']['id']}, base {ctx.manifest['base_image']}")
-        if (ctx.manifest.get("stack") or {}).get("host"):
-            click.echo(f"  host {ctx.manifest['stack']['explain']['host']}")
+        # A host without a driver limits nothing: its one line went to stderr, the stack explains no host.
+        host_line = ((ctx.manifest.get("stack") or {}).get("explain") or {}).get("host")
+        if host_line:
+            click.echo(f"  host {host_line}")
     return 0
 
 
