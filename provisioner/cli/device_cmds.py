@@ -327,21 +327,25 @@ def k8s_cmd(overlays, as_json, image, command, volcano, name, namespace, config,
 
 
 def _k8s_job(m, spec, plan, image, stack_file, claims, namespace, output, kw, as_json) -> int:
+    from provisioner.image.labels import framework_from_labels
     from provisioner.jobs import k8s as jobk8s
     from provisioner.jobs import plan as jobplan
 
     stack: dict | None
+    framework = None
     if stack_file:
         stack, note = _load_stack(stack_file), None
     else:
         from provisioner.devices import enginefacts
 
-        stack, note = _label_stack(enginefacts.gather(image=image, timeout=ENGINE_TIMEOUT_S), image)
+        facts = enginefacts.gather(image=image, timeout=ENGINE_TIMEOUT_S)
+        stack, note = _label_stack(facts, image)
+        framework = framework_from_labels(facts.image_labels) if facts.reachable else None
         if stack is None:
             note = (note or f"image {image} is not in the local Docker engine") + "; give its stack with --stack FILE"
     try:
         jplan = jobplan.build(m, spec, card=kw["card"], chips_per_node=len(plan.chips), nnodes=kw["nnodes"] or 1,
-                              stack=stack, image=f"image {image}")
+                              stack=stack, image=f"image {image}", framework=framework)
     except jobplan.JobRefused as exc:
         if note:
             exc.reasons.append(note)

@@ -132,7 +132,7 @@ def _launch_job(m, spec, engine, info, devplan, notes, kw, as_json, dry_run, che
     stack, _ = launch.image_stack(info)
     try:
         jplan = jobplan.build(m, spec, card=kw["card"], chips_per_node=len(devplan.chips), nnodes=kw["nnodes"],
-                              stack=stack, image=f"image {info.ref}")
+                              stack=stack, image=f"image {info.ref}", framework=jobrun.image_framework(info))
         reasons = jobrun.check_host(jplan)
         if not spec.resume and (found := jobplan.previous_run(jplan)):
             reasons.append(f"{spec.at('resume')}: resume: false, but {spec.output} holds an earlier run ({found[0]});"

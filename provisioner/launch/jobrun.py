@@ -76,6 +76,13 @@ def _inside(path: str, parent: str) -> bool:
     return path == parent or path.startswith(parent.rstrip("/") + "/")
 
 
+def image_framework(info: ImageInfo) -> dict | None:
+    """The image's framework labels (set, kind, locked environment, checkouts), or None for an image without."""
+    from provisioner.image.labels import framework_from_labels
+
+    return framework_from_labels(info.labels)
+
+
 def check_host(plan) -> list[str]:
     """What this host lacks for the job (the launch refuses): the model directory, the data file."""
     spec = plan.spec

@@ -1,9 +1,8 @@
 """Fixtures for the framework-job tests: real resolved stacks, model configs, job files.
 
 Stacks come from the shipped matrix (`provision resolve --profile ...`), so the framework rule is checked
-against what `provision build` would write into an image label. The MindSpore stack gets the
-`extras.mindformers` entry that the mindspore recipe's MindSpore Transformers set records (today's
-resolver has no such extra yet; jobs.catalog.stack_carries reads that key).
+against what `provision build` would write into an image label: the MindSpore Transformers stack is the
+profile's resolved `--with mindformers`, as the mindspore recipe builds it.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ FIXTURES = HERE / "fixtures"
 QWEN7B_CONFIG = FIXTURES / "qwen25-7b" / "config.json"
 FAKE = HERE / "fake"
 EXAMPLES = HERE.parents[1] / "examples" / "jobs"
-MINDFORMERS_SET = {"set": "mindformers-1.7.0", "kind": "mindformers", "release": "1.7.0"}
 
 
 @pytest.fixture(scope="session")
@@ -38,15 +36,12 @@ def _resolve(**options) -> dict:
 
 @pytest.fixture(scope="session")
 def stacks() -> dict:
-    ms = _resolve(profile="mindspore-2.7.1-a2")
-    ms_with_mf = json.loads(json.dumps(ms))
-    ms_with_mf["extras"]["mindformers"] = dict(MINDFORMERS_SET)
     return {
         "llm": _resolve(profile="mindspeed-llm-2.3.0-a2"),
         "rl": _resolve(profile="mindspeed-rl-2.0.0-grpo"),
         "plain": _resolve(card="800T-A2"),
-        "mindspore": ms,
-        "mindformers": ms_with_mf,
+        "mindspore": _resolve(profile="mindspore-2.7.1-a2"),
+        "mindformers": _resolve(profile="mindspore-2.7.1-a2", extras=("mindformers",)),
     }
 
 
@@ -116,6 +111,7 @@ def records(path: Path) -> list[dict]:
 # -- images for the docker tests ----------------------------------------------------------------------
 
 STACK_LABEL = "org.provision.stack"
+FAKE_LLM_CHECKOUT = "/opt/frameworks/MindSpeed-LLM"
 
 
 def _context(tmp: Path, checkout: str, target: str) -> Path:
@@ -140,17 +136,26 @@ def _build(client, context: Path, dockerfile: str, tag: str, labels: dict, build
 
 @pytest.fixture(scope="session")
 def fake_llm_image(docker_client, provision_image, shipped, tmp_path_factory) -> str:
-    """The test image (torch CPU + provision) with the fake MindSpeed-LLM checkout at the recipe's place and a
-    stack label that names the MindSpeed-LLM 2.3.0 set, as `provision build --recipe mindspeed-llm` would."""
+    """The test image (torch CPU + provision) with the fake MindSpeed-LLM checkout, a stack label that names the
+    MindSpeed-LLM 2.3.0 set and the framework labels, as `provision build --recipe mindspeed-llm` writes them.
+    The checkout lies at FAKE_LLM_CHECKOUT, not the recipe's place: the job finds it through the checkouts label."""
+    from provisioner.image import labels
+
     stack = json.loads(docker_client.images.get(provision_image).labels[STACK_LABEL])
     row = next(r for r in shipped.rows("llm_bundles") if r["id"] == "mindspeed-llm-2.3.0")
     stack["extras"]["mindspeed_llm"] = {"set": row["id"], "kind": row["kind"], "release": row["release"],
                                         "mindspeed": row["mindspeed_ref"], "megatron": row["megatron_ref"],
-                                        "mindspeed_llm": row["mindspeed_llm_ref"], "mindspeed_rl": None}
+                                        "mindspeed_llm": row["mindspeed_llm_ref"], "mindspeed_rl": None,
+                                        "commits": dict(row["commits"])}
+    checkouts = {name: {"commit": commit, "ref": row[f"{name}_ref"], "from": "fake",
+                        "path": FAKE_LLM_CHECKOUT if name == "mindspeed_llm" else None}
+                 for name, commit in row["commits"].items()}
     ctx = _context(tmp_path_factory.mktemp("fake-llm"), "mindspeed-llm", "MindSpeed-LLM")
-    (ctx / "Dockerfile").write_text(f"FROM {provision_image}\nCOPY MindSpeed-LLM /opt/MindSpeed-LLM\n")
+    (ctx / "Dockerfile").write_text(f"FROM {provision_image}\nCOPY MindSpeed-LLM {FAKE_LLM_CHECKOUT}\n")
     return _build(docker_client, ctx, "Dockerfile", "provision-jobs-test/fake-mindspeed-llm:latest",
-                  {STACK_LABEL: json.dumps(stack, separators=(",", ":"))})
+                  {STACK_LABEL: json.dumps(stack, separators=(",", ":")), labels.FRAMEWORK_SET_LABEL: row["id"],
+                   labels.FRAMEWORK_KIND_LABEL: row["kind"],
+                   labels.CHECKOUTS_LABEL: json.dumps(checkouts, separators=(",", ":"))})
 
 
 @pytest.fixture(scope="session")

@@ -22,6 +22,7 @@ from tests.helpers import hosts
 from tests.jobs.conftest import alpaca, tiny_model, write_job
 
 IMAGE = "provision-jobs-test/fake-llm:unit"
+CHECKOUT = "/opt/frameworks/MindSpeed-LLM"  # where the image's checkouts label says it keeps MindSpeed-LLM
 PLAIN = "provision-jobs-test/plain:unit"
 STEPS = ("convert", "preprocess", "train", "export")
 
@@ -55,7 +56,13 @@ def driver(fail: str | None = None, hold: str | None = None, started: threading.
 def engine(monkeypatch, stacks):
     """The fake engine, answering wherever provision connects to one (launch, engine facts)."""
     fake = FakeEngine()
-    label = {"org.provision.stack": json.dumps(stacks["llm"], separators=(",", ":"))}
+    from provisioner.image import labels as image_labels
+
+    extra = stacks["llm"]["extras"]["mindspeed_llm"]
+    label = {image_labels.STACK_LABEL: json.dumps(stacks["llm"], separators=(",", ":")),
+             image_labels.FRAMEWORK_SET_LABEL: extra["set"], image_labels.FRAMEWORK_KIND_LABEL: extra["kind"],
+             image_labels.CHECKOUTS_LABEL: json.dumps({"mindspeed_llm": {"commit": extra["commits"]["mindspeed_llm"],
+                                                                         "ref": extra["mindspeed_llm"], "path": CHECKOUT}})}
     fake.add_image(IMAGE, labels=label, env={"PATH": "/opt/venv/bin:/usr/bin"}, program=driver())
     no_llm = json.loads(json.dumps(stacks["llm"]))
     del no_llm["extras"]["mindspeed_llm"]
@@ -111,6 +118,8 @@ def test_the_job_container_gets_the_plan_and_the_job_directory(engine, host, job
     assert {p.name for p in (job_dir / "steps").iterdir()} == {"01-convert.sh", "02-preprocess.sh", "03-train.sh",
                                                                 "04-export.sh"}
     assert json.loads((job_dir / "job.json").read_text())["digest"] == doc["job"]["digest"]
+    # The steps run from where the image's framework label says its MindSpeed-LLM checkout is.
+    assert f"cd {CHECKOUT}\n" in (job_dir / "steps" / "03-train.sh").read_text()
     cfg = seen["payload"]["HostConfig"]
     binds = set(cfg["Binds"])
     assert {f"{model}:{model}:ro", f"{data_dir}:{data_dir}:ro", f"{out_dir}:{out_dir}:rw"} <= binds
@@ -190,7 +199,9 @@ def test_k8s_job_reads_the_image_stack_from_the_engine(engine, host, job, capsys
             "--job", str(job)]
     assert main([*base, IMAGE]) == 0
     out, err = capsys.readouterr()
-    assert [d["kind"] for d in yaml.safe_load_all(out) if d] == ["ConfigMap", "Job"]
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    assert [d["kind"] for d in docs] == ["ConfigMap", "Job"]
+    assert f"cd {CHECKOUT}\n" in docs[0]["data"]["steps__03-train.sh"]  # the framework label, read from the engine too
     assert main([*base, "not-here:1"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1
