@@ -2,7 +2,8 @@
 
     base.py    the Engine / Container interface the rest of the package uses
     types.py   typed results: ImageInfo, ContainerInfo, EngineInfo, BuildEvent (read from the engine's JSON)
-    errors.py  EngineError, EngineUnavailable, ImageNotFound, ContainerNotFound, BuildFailed; `short`
+    errors.py  EngineError, EngineUnavailable, ImageNotFound, PullFailed, RegistryUnreachable, ContainerNotFound,
+               BuildFailed; `short`
     docker.py  the Docker engine over docker-py (the only importer of the SDK, lazily)
     fake.py    an in-memory engine with real-shaped payloads, for unit tests, the demo and benchmarks
 

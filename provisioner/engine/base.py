@@ -66,7 +66,8 @@ class Engine(ABC):
 
     @abstractmethod
     def pull(self, ref: str) -> None:
-        """Pull `ref`; ImageNotFound when no registry reachable from the engine has it."""
+        """Pull `ref`: ImageNotFound when its registry answers that it has no such image, RegistryUnreachable
+        when the registry does not answer (name, connection, TLS), PullFailed for any other refusal."""
 
     @abstractmethod
     def build(self, context: IO[bytes], tag: str, *, nocache: bool = False,

@@ -12,12 +12,26 @@ from collections.abc import Iterator
 from typing import IO
 
 from provisioner.engine.base import Container, Engine
-from provisioner.engine.errors import ContainerNotFound, EngineError, EngineUnavailable, ImageNotFound, short
+from provisioner.engine.errors import (
+    ContainerNotFound,
+    EngineError,
+    EngineUnavailable,
+    ImageNotFound,
+    PullFailed,
+    RegistryUnreachable,
+    short,
+)
 from provisioner.engine.types import BuildEvent, ContainerInfo, EngineInfo, ImageInfo
 
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 # Causes worth naming alone when the engine cannot be reached (the SDK wraps them in long chains).
 _CAUSES = ("No such file or directory", "Connection refused", "Permission denied")
+# How the daemon words "the registry did not answer" (it gives no code for it: a 500 with Go's net/http text).
+_REGISTRY_SILENT = ("no such host", "dial tcp", "i/o timeout", "connection refused", "tls handshake", "x509:",
+                    "network is unreachable", "client.timeout", "context deadline exceeded", "server misbehaving",
+                    "connection reset by peer")
+# ... and "the registry has no such image" (a 404 from Docker Hub, a 500 "manifest unknown" from others).
+_REGISTRY_HAS_NOT = ("manifest unknown", "not found", "repository does not exist", "name unknown")
 
 
 def where() -> str:
@@ -61,6 +75,17 @@ def _translate(exc: BaseException, what: str) -> EngineError:
     if isinstance(exc, sdk.APIError):
         return EngineError(f"{what}: {short(exc.explanation or exc)}")
     return EngineError(f"{what}: {short(exc)}")
+
+
+def _pull_error(ref: str, text: str) -> EngineError:
+    """A failed pull as RegistryUnreachable (the registry never answered), ImageNotFound (it answered that it
+    has no such image) or PullFailed (it refused otherwise: access denied, rate limit, server error)."""
+    low = text.lower()
+    if any(p in low for p in _REGISTRY_SILENT):
+        return RegistryUnreachable(ref, short(text, 200))
+    if any(p in low for p in _REGISTRY_HAS_NOT):
+        return ImageNotFound(f"pull {ref}: {short(text, 200)}")
+    return PullFailed(ref, short(text, 200))
 
 
 class DockerContainer(Container):
@@ -127,7 +152,22 @@ class DockerEngine(Engine):
         return ImageInfo.from_inspect(ref, self._call(f"image {ref}", self.api.inspect_image, ref))
 
     def pull(self, ref: str) -> None:
-        self._call(f"pull {ref}", self._client.images.pull, ref)
+        # The low-level stream, not images.pull(): that one drops the errors the stream carries.
+        from docker.utils import parse_repository_tag
+
+        repo, tag = parse_repository_tag(ref)
+        try:
+            for message in self.api.pull(repo, tag=tag or "latest", stream=True, decode=True):
+                if isinstance(message, dict) and message.get("error"):
+                    raise _pull_error(ref, str(message["error"]))
+        except EngineError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - translated by class, then by the daemon's wording
+            from docker import errors as sdk
+
+            if isinstance(exc, sdk.APIError) and not isinstance(exc, sdk.NotFound):
+                raise _pull_error(ref, str(exc.explanation or exc)) from None
+            raise _translate(exc, f"pull {ref}") from None
 
     def build(self, context: IO[bytes], tag: str, *, nocache: bool = False,
               network: str | None = None) -> Iterator[BuildEvent]:

@@ -24,7 +24,14 @@ from collections.abc import Callable, Iterator
 from typing import IO
 
 from provisioner.engine.base import Container, Engine
-from provisioner.engine.errors import ContainerNotFound, EngineError, EngineUnavailable, ImageNotFound
+from provisioner.engine.errors import (
+    ContainerNotFound,
+    EngineError,
+    EngineUnavailable,
+    ImageNotFound,
+    RegistryUnreachable,
+    registry_of,
+)
 from provisioner.engine.types import BuildEvent, ContainerInfo, EngineInfo, ImageInfo, env_dict
 
 _ids = itertools.count(1)
@@ -187,6 +194,7 @@ class FakeEngine(Engine):
         self._containers: dict[str, FakeContainer] = {}
         self.programs: dict[str, Program] = {}  # image reference -> what its containers run
         self.pullable: dict[str, dict] = {}  # reference -> labels a pull would bring
+        self.unreachable_registries: set[str] = set()  # registry hosts whose names do not resolve
         self.build_failures: dict[str, list[str]] = {}  # instruction substring -> its log before failing
         self.unavailable: str | None = None  # set: every call raises EngineUnavailable with this reason
         self.closed = False
@@ -224,6 +232,11 @@ class FakeEngine(Engine):
     def pull(self, ref: str) -> None:
         self._check()
         self.calls.append(f"pull {ref}")
+        registry = registry_of(ref)
+        if registry in self.unreachable_registries:  # the daemon's words for a name that does not resolve
+            host = "registry-1.docker.io" if registry == "docker.io" else registry
+            raise RegistryUnreachable(ref, f'Get "https://{host}/v2/": dial tcp: lookup {host} on 127.0.0.53:53:'
+                                           " no such host")
         if ref not in self.pullable:
             raise ImageNotFound(f"pull {ref}: pull access denied for {ref.rsplit(':', 1)[0]}, repository does not"
                                 " exist or may require 'docker login'")

@@ -16,7 +16,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from provisioner.engine.errors import BuildFailed, EngineError, EngineUnavailable, ImageNotFound, short
+from provisioner.engine.errors import (
+    BuildFailed,
+    EngineError,
+    EngineUnavailable,
+    ImageNotFound,
+    PullFailed,
+    RegistryUnreachable,
+    registry_of,
+    short,
+)
 from provisioner.errors import ProvisionError
 
 TYPE_CHECKING = False
@@ -140,8 +149,11 @@ def system_ca_bundle() -> str | None:
     return None
 
 
-def ensure_base(engine: Engine, ref: str, pull: bool) -> bool:
-    """The base image must be local or pullable; returns True when it was pulled."""
+def ensure_base(engine: Engine, ref: str, pull: bool, base_image: dict | None = None) -> bool:
+    """The base image must be local or pullable; returns True when it was pulled.
+
+    `base_image` is the stack's (its official mirrors); a failed pull names the ways forward.
+    """
     try:
         engine.image(ref)
         return False
@@ -150,12 +162,50 @@ def ensure_base(engine: Engine, ref: str, pull: bool) -> bool:
     except EngineError as exc:
         raise ProvisionError(f"base image {ref}: {short(exc)}") from None
     if not pull:
-        raise ProvisionError(f"base image {ref} does not exist locally (and --no-pull was given)")
+        raise ProvisionError(f"base image {ref} does not exist locally (and --no-pull was given);"
+                             f" {ways_forward(ref, base_image)}")
     try:
         engine.pull(ref)
         return True
+    except RegistryUnreachable as exc:
+        why = f"its registry {exc.registry} cannot be reached ({_cause(exc.reason)})"
+    except PullFailed as exc:
+        why = f"{exc.registry} refused the pull ({_cause(exc.reason)})"
+    except ImageNotFound as exc:
+        why = f"{registry_of(ref)} does not have it ({_cause(str(exc).removeprefix(f'pull {ref}: '))})"
     except EngineError as exc:
-        raise ProvisionError(f"base image {ref} does not exist locally and cannot be pulled ({short(exc, 200)})") from None
+        why = f"it cannot be pulled ({short(exc, 200)})"
+    raise ProvisionError(f"base image {ref} is not in the local engine and {why}; {ways_forward(ref, base_image)}")
+
+
+def _cause(reason: str) -> str:
+    """The engine's reason without the URL it tried (`Get "https://host/v2/": `): the registry is named already."""
+    head, sep, tail = reason.partition('": ')
+    return short(tail if sep and head.startswith(("Get ", "Head ")) else reason, 160)
+
+
+def ways_forward(ref: str, base_image: dict | None) -> str:
+    """What a person can do when the base image cannot be pulled: the same image from another registry the
+    matrix knows (--registry ID), a site mirror (--base-image), or a saved copy (docker load)."""
+    options = []
+    for mirror in (base_image or {}).get("mirrors") or ():
+        reg = _registry_id(mirror)
+        options.append(f"--registry {reg} ({mirror})" if reg else f"--base-image {mirror}")
+    options.append("--base-image REF of a site mirror of it")
+    options.append(f"`docker load -i FILE` of it saved with `docker save {ref}` on a machine that can pull it")
+    return "ways forward: " + ", ".join(options[:-1]) + ", or " + options[-1]
+
+
+def _registry_id(image_ref: str) -> str | None:
+    """The id of the shipped registry whose image `image_ref` is (--registry takes it)."""
+    from provisioner.matrix import loader
+
+    try:
+        regs = loader.load().registries()
+    except ProvisionError:
+        return None
+    repo = image_ref.rsplit(":", 1)[0]
+    return next((r["id"] for r in regs if r["image"] == repo), None)
 
 
 def build(ctx, opts: BuildOptions, out=None, live: bool | None = None, verbose: bool = False,
@@ -181,7 +231,7 @@ def _build(eng: Engine, ctx, opts: BuildOptions, out, live: bool, verbose: bool)
     from provisioner.image.progress import Progress
 
     base = ctx.manifest["base_image"]
-    pulled = ensure_base(eng, base, opts.pull)
+    pulled = ensure_base(eng, base, opts.pull, (ctx.manifest.get("stack") or {}).get("base_image"))
     out.write(f"building {ctx.tag} (recipe {ctx.manifest['recipe']['name']}, base {base}"
               f"{', pulled' if pulled else ''})\n")
     out.flush()
