@@ -203,3 +203,61 @@ def test_json_documents_go_through_one_place():
             if "json.dump(" in line or ("json.dumps(" in line and "echo" in line):
                 offenders.append(f"{f.name}:{n}: {line.strip()}")
     assert not offenders, offenders
+
+
+# -- shell completion, as the README documents it --------------------------------------------------------
+
+
+def _documented_completion() -> dict[str, str]:
+    """shell -> the `_PROVISION_COMPLETE=<shell>_source` value the README's completion block uses."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("### Shell completion", 1)[1].split("\n## ", 1)[0]
+    found = dict(re.findall(r"_PROVISION_COMPLETE=((bash|zsh|fish)_source) provision", section))
+    return {shell: value for value, shell in found.items()}
+
+
+def _provision_script() -> str:
+    from pathlib import Path
+
+    return str(Path(sys.executable).parent / "provision")
+
+
+def test_readme_documents_completion_for_bash_zsh_and_fish():
+    assert set(_documented_completion()) == {"bash", "zsh", "fish"}
+
+
+@pytest.mark.parametrize("shell, marker", [("bash", "complete -o nosort -F _provision_completion provision"),
+                                           ("zsh", "#compdef provision"), ("fish", "complete --no-files --command provision")])
+def test_documented_completion_command_prints_a_script(shell, marker):
+    import os
+
+    env = {**os.environ, "_PROVISION_COMPLETE": _documented_completion()[shell]}
+    proc = subprocess.run([_provision_script()], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert marker in proc.stdout and "_PROVISION_COMPLETE=" in proc.stdout
+
+
+def test_bash_completion_completes_commands_and_choices(tmp_path):
+    """Source the documented bash line in a real bash and ask it to complete, as the shell does on TAB."""
+    import os
+    import shutil
+
+    if not shutil.which("bash"):
+        pytest.skip("no bash here")
+    bindir = os.path.dirname(_provision_script())
+    script = (
+        'eval "$(_PROVISION_COMPLETE=bash_source provision)"\n'
+        'complete -p provision >/dev/null || exit 3\n'
+        'ask() { COMP_WORDS=("$@"); COMP_CWORD=$(( ${#COMP_WORDS[@]} - 1 )); COMPREPLY=();'
+        ' _provision_completion provision; echo "${COMPREPLY[*]}"; }\n'
+        'ask provision re\n'
+        'ask provision resolve --registry ""\n'
+    )
+    proc = subprocess.run(["bash", "--norc", "-c", script], capture_output=True, text=True,
+                          env={**os.environ, "PATH": f"{bindir}:{os.environ.get('PATH', '')}"})
+    assert proc.returncode == 0, proc.stderr
+    commands, registries = proc.stdout.splitlines()
+    assert set(commands.split()) == {"render", "resolve"} and set(registries.split()) == {"quay", "dockerhub"}
