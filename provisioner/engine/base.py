@@ -65,6 +65,10 @@ class Engine(ABC):
         """The local image `ref`; ImageNotFound when the engine does not have it."""
 
     @abstractmethod
+    def images(self, repository: str) -> list[ImageInfo]:
+        """The local images of `repository` (every tag), inspected; `ref` of each is its first tag there."""
+
+    @abstractmethod
     def pull(self, ref: str) -> None:
         """Pull `ref`: ImageNotFound when its registry answers that it has no such image, RegistryUnreachable
         when the registry does not answer (name, connection, TLS), PullFailed for any other refusal."""

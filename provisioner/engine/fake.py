@@ -209,7 +209,9 @@ class FakeEngine(Engine):
                   program: Program | None = None) -> ImageInfo:
         """An image as `docker image inspect` shows it (and what its containers run)."""
         image_id = f"sha256:{_digest(ref)}"
-        payload = {"Id": image_id, "RepoTags": [ref],
+        from datetime import datetime, timezone
+
+        payload = {"Id": image_id, "RepoTags": [ref], "Created": datetime.now(timezone.utc).isoformat(),
                    "Config": {"Labels": dict(labels or {}), "Env": [f"{k}={v}" for k, v in (env or {}).items()]}}
         self._images[ref] = self._images[image_id] = payload
         if program is not None:
@@ -228,6 +230,15 @@ class FakeEngine(Engine):
         if payload is None:
             raise ImageNotFound(f"image {ref}: No such image: {ref}")
         return ImageInfo.from_inspect(ref, payload)
+
+    def images(self, repository: str) -> list[ImageInfo]:
+        self._check()
+        self.calls.append(f"images {repository}")
+        seen: dict[str, ImageInfo] = {}
+        for ref, payload in self._images.items():
+            if ref.rsplit(":", 1)[0] == repository and payload["Id"] not in seen:
+                seen[payload["Id"]] = ImageInfo.from_inspect(ref, payload)
+        return list(seen.values())
 
     def pull(self, ref: str) -> None:
         self._check()

@@ -363,3 +363,47 @@ def test_build_with_an_unreachable_registry_is_one_line_naming_the_ways_forward(
     assert line.startswith("provision: error: base image provision-polish.invalid/ascend/cann:")
     assert "its registry provision-polish.invalid cannot be reached" in line and "no such host" in line
     assert "--registry dockerhub (ascendai/cann:" in line and "--base-image REF" in line and "docker load" in line
+
+
+def test_images_of_a_repository_newest_last_sortable():
+    fake = FakeEngine()
+    fake.add_image("provision/pytorch:a", labels={"n": "1"})
+    fake.add_image("provision/pytorch:b", labels={"n": "2"})
+    fake.add_image("provision/pytorch-other:a")
+    found = sorted(fake.images("provision/pytorch"), key=lambda i: i.created)
+    assert [(i.ref, i.labels["n"]) for i in found] == [("provision/pytorch:a", "1"), ("provision/pytorch:b", "2")]
+
+
+@pytest.mark.docker
+def test_real_engine_lists_the_images_of_a_repository(docker_client, base_image):
+    from provisioner import engine as engines
+
+    repository = base_image.rsplit(":", 1)[0]
+    with engines.connect(60) as real:
+        found = real.images(repository)
+        assert base_image in [i.ref for i in found] or any(base_image in i.tags for i in found)
+        mine = next(i for i in found if base_image in i.tags)
+        assert mine == real.image(mine.ref) and mine.created.startswith("20")
+        assert real.images("provision-polish/none-such") == []
+
+
+@pytest.mark.docker
+def test_real_engine_lists_and_inspects_every_container(docker_client, base_image):
+    """containers() inspects side by side: every one comes back, once, inspected."""
+    import uuid
+
+    from provisioner import engine as engines
+
+    run = uuid.uuid4().hex[:8]
+    label = f"org.provision.test.polish={run}"
+    with engines.connect(60) as real:
+        made = [real.create({"image": base_image, "command": ["true"], "name": f"provision-polish-{run}-{n}",
+                             "labels": {"org.provision.test.polish": run}}) for n in range(11)]
+        try:
+            found = real.containers(all=True, label=label)
+            assert sorted(c.name for c in found) == sorted(c.name for c in made)
+            assert all(c.status == "created" and c.image == base_image for c in found)
+            assert real.containers(label=label) == []  # none running
+        finally:
+            for c in made:
+                c.remove(force=True)
