@@ -18,6 +18,10 @@ def main(argv: list[str] | None = None) -> int:
 
         print(version_line())
         return 0
+    if args[:1] == ["launch"] and not {"-h", "--help"} & set(args[: args.index("--") if "--" in args else None]):
+        from provisioner import engine
+
+        engine.connect_early()  # docker-py's import and the first round trip overlap click and the planning
     if args[:1] == ["resolve"]:
         from provisioner.cli.fast import try_resolve
 

@@ -407,3 +407,29 @@ def test_real_engine_lists_and_inspects_every_container(docker_client, base_imag
         finally:
             for c in made:
                 c.remove(force=True)
+
+
+def test_connect_early_is_taken_once_and_only_for_the_same_place(monkeypatch, tmp_path):
+    from provisioner import engine as engines
+
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/a.sock")
+    engines.connect_early()
+    with pytest.raises(EngineUnavailable) as err:
+        engines.connect()  # the early attempt's own failure, raised in the caller
+    assert err.value.where == f"unix://{tmp_path}/a.sock" and engines._early == {}
+    engines.connect_early()
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/b.sock")  # somewhere else now: not the early one
+    with pytest.raises(EngineUnavailable) as err:
+        engines.connect()
+    assert err.value.where == f"unix://{tmp_path}/b.sock" and engines._early == {}
+
+
+@pytest.mark.docker
+def test_connect_early_gives_a_working_engine(docker_client):
+    from provisioner import engine as engines
+
+    engines.connect_early()
+    assert engines._early["thread"].name == "engine-connect"
+    with engines.connect() as eng:
+        assert eng.info().api_version
+    assert engines._early == {}
