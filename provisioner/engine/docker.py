@@ -162,13 +162,14 @@ class DockerEngine(Engine):
                 continue
         return out
 
-    def pull(self, ref: str) -> None:
+    def pull(self, ref: str, *, platform: str | None = None) -> None:
         # The low-level stream, not images.pull(): that one drops the errors the stream carries.
         from docker.utils import parse_repository_tag
 
         repo, tag = parse_repository_tag(ref)
         try:
-            for message in self.api.pull(repo, tag=tag or "latest", stream=True, decode=True):
+            extra = {"platform": platform} if platform else {}
+            for message in self.api.pull(repo, tag=tag or "latest", stream=True, decode=True, **extra):
                 if isinstance(message, dict) and message.get("error"):
                     raise _pull_error(ref, str(message["error"]))
         except EngineError:
@@ -181,9 +182,10 @@ class DockerEngine(Engine):
             raise _translate(exc, f"pull {ref}") from None
 
     def build(self, context: IO[bytes], tag: str, *, nocache: bool = False,
-              network: str | None = None) -> Iterator[BuildEvent]:
+              network: str | None = None, platform: str | None = None) -> Iterator[BuildEvent]:
+        extra = {"platform": platform} if platform else {}
         stream = self._call("build", self.api.build, fileobj=context, custom_context=True, tag=tag, rm=True,
-                            forcerm=True, pull=False, nocache=nocache, network_mode=network, decode=True)
+                            forcerm=True, pull=False, nocache=nocache, network_mode=network, decode=True, **extra)
         try:
             for message in stream:
                 yield BuildEvent.from_message(message)
