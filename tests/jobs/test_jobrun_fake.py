@@ -156,7 +156,7 @@ def test_ctrl_c_stops_the_job_and_removes_its_container(engine, host, job, capsy
     doc = json.loads(out)
     assert doc["status"] == "interrupted" and doc["signal"] == "SIGINT"
     assert states(doc) == {"convert": "ok", "preprocess": "ok", "train": "interrupted", "export": "not-run"}
-    assert "SIGINT: stopping" in err and doc["kept"] is False and engine.containers(all=True) == []
+    assert doc["kept"] is False and engine.containers(all=True) == []
 
 
 def test_dry_run_shows_the_steps_and_writes_and_starts_nothing(engine, host, job, tmp_path, capsys):
