@@ -127,7 +127,12 @@ class Trainer:
             capacity, label = memory.device_capacity(dev)
             if dev.type == "cpu" and capacity:  # the ranks of this host share it
                 capacity /= max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-        self.plan = memory.plan(cfg, self.world.size, self.prec.name, capacity, label, self.attn, dev.type)
+        targets = memory.max_targets(
+            [len(e) for e in self.train_ex], [e.n_targets for e in self.train_ex], cfg.packing is not False
+        )
+        self.plan = memory.plan(
+            cfg, self.world.size, self.prec.name, capacity, label, self.attn, dev.type, targets=targets
+        )
         for line in self.plan.lines():
             self._info(line)
         if self.plan.fits is False:
@@ -428,6 +433,8 @@ class Trainer:
                 curve,
                 [(r["step"], r["loss"]) for r in rows],
                 [(r["step"], r["eval_loss"]) for r in rows if r.get("eval_loss") is not None],
+                title=f"{cfg.method} fine-tuning of {Path(cfg.model).name} ({engine.name}, {self.world.size} device"
+                + ("s)" if self.world.size > 1 else ")"),
             )
         dist.barrier()
         if not last and self._metric_rows():  # resumed from the final checkpoint: nothing left to run

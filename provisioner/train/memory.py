@@ -162,6 +162,7 @@ class Setup:
     lora_r: int = 8
     lora_targets: tuple[str, ...] = ("q_proj", "v_proj")
     lora_dropout: bool = True
+    max_targets: int | None = None  # target tokens in the fullest micro-batch, from the data (None: all tokens)
     # GRPO
     prompt_len: int = 0
     completion_len: int = 0
@@ -180,7 +181,12 @@ class Setup:
 
 
 def setup_from_config(
-    cfg: TrainConfig, world: int, precision: str, attn: str | None = None, device_type: str = "npu"
+    cfg: TrainConfig,
+    world: int,
+    precision: str,
+    attn: str | None = None,
+    device_type: str = "npu",
+    max_targets: int | None = None,
 ) -> Setup:
     if attn is None:
         attn = "sdpa" if device_type == "cpu" else "flash_attention_2"
@@ -204,6 +210,7 @@ def setup_from_config(
         lora_r=cfg.lora.r,
         lora_targets=tuple(cfg.lora.target_modules),
         lora_dropout=cfg.lora.dropout > 0,
+        max_targets=max_targets,
         prompt_len=g.max_prompt_len if grpo else 0,
         completion_len=g.max_completion_len if grpo else 0,
         gen_batch=cfg.micro_batch_size * cfg.gradient_accumulation_steps if grpo else 0,
@@ -363,7 +370,7 @@ def estimate(shape: ModelShape, su: Setup, device_type: str = "npu") -> Plan:
         g = 0.0
     gnote = "sharded" if su.strategy != "ddp" else ""
     if ds:
-        g += 2 * dsf["reduce_bucket"] * b  # the gradient reduction bucket and its copy
+        g += 2 * min(dsf["reduce_bucket"], trainable) * b  # the gradient reduction bucket and its copy
         gnote = (gnote + ", " if gnote else "") + "plus the reduce bucket"
     items.append(Item("gradients", g, gnote, ALL if ds else ("backward", "optimizer step")))
 
@@ -417,9 +424,12 @@ def estimate(shape: ModelShape, su: Setup, device_type: str = "npu") -> Plan:
         head = n * shape.vocab * f["grpo_head_bytes_per_logit"][mode]
         hnote = f"{n} completion tokens x {shape.vocab} vocab"
     else:
-        n = min(tokens, su.loss_chunk_tokens or tokens)
+        targets = tokens if su.max_targets is None else min(tokens, su.max_targets)
+        n = min(targets, su.loss_chunk_tokens or targets)
         head = n * shape.vocab * f["head_bytes_per_logit"][mode]
-        hnote = f"{n} target tokens x {shape.vocab} vocab per chunk"
+        hnote = f"{n} target tokens x {shape.vocab} vocab" + (" per chunk" if n < targets else "")
+        if n < targets and not lora:  # each chunk's head-weight gradient is added into the accumulated one
+            head += shape.vocab * shape.hidden * 4
     items.append(Item("output head", head, hnote, BWD))
 
     # The optimizer step's temporaries (per-tensor AdamW on CPU; the fused ones work in place).
@@ -575,14 +585,18 @@ def plan(
     attn: str | None = None,
     device_type: str = "npu",
     strategies: list[str] | None = None,
+    targets: Any = None,
 ) -> Plan:
-    """The plan for ``cfg``; when it does not fit, the first candidate change that does is attached."""
+    """The plan for ``cfg``; when it does not fit, the first candidate change that does is attached.
+    ``targets``: a function of (micro-batch size, sequence length) giving the most target tokens a
+    micro-batch of this data can hold (``max_targets``); without it every token counts as a target."""
     shape = model_shape(read_model_config(cfg.model))
-    p = _estimate_for(shape, cfg, world, precision, attn, device_type, capacity)
+    tf = targets
+    p = _estimate_for(shape, cfg, world, precision, attn, device_type, capacity, tf)
     p.capacity, p.capacity_label = capacity, label
     if p.fits is False:
         for change in _candidates(cfg, strategies if strategies is not None else available_strategies()):
-            alt = _estimate_for(shape, _apply(cfg, change), world, precision, attn, device_type, capacity)
+            alt = _estimate_for(shape, _apply(cfg, change), world, precision, attn, device_type, capacity, tf)
             if alt.total <= capacity:
                 p.suggestion, p.suggestion_total = _render(change, cfg), alt.total
                 break
@@ -590,10 +604,18 @@ def plan(
 
 
 def _estimate_for(
-    shape: ModelShape, cfg: TrainConfig, world: int, precision: str, attn: str | None, device_type: str,
+    shape: ModelShape,
+    cfg: TrainConfig,
+    world: int,
+    precision: str,
+    attn: str | None,
+    device_type: str,
     capacity: float | None,
+    targets: Any = None,
 ) -> Plan:
-    p = estimate(shape, setup_from_config(cfg, world, precision, attn, device_type), device_type)
+    bound = None if targets is None else targets(cfg.micro_batch_size, cfg.max_seq_len)
+    su = setup_from_config(cfg, world, precision, attn, device_type, bound)
+    p = estimate(shape, su, device_type)
     for item in p.items:
         if item.name == "vLLM rollout" and capacity:
             item.bytes = p.setup.vllm_fraction * capacity
@@ -610,6 +632,28 @@ def refusal(p: Plan) -> str:
         f"memory: the plan needs {p.total / GIB:.1f} GiB per device but {p.capacity_label} has "
         f"{p.capacity / GIB:.1f} GiB ({p.setup.describe()}){fix} (memory_check: false runs it anyway)"
     )
+
+
+def max_targets(lengths: list[int], targets: list[int], packed: bool) -> Any:
+    """A bound on the target tokens of one micro-batch, from the tokenised data: packed rows hold at most
+    micro-batch x sequence tokens, and no choice of samples puts more targets into them than taking the
+    densest samples first (fractional knapsack); unpacked micro-batches hold micro-batch samples."""
+    dense = sorted(zip(lengths, targets, strict=True), key=lambda lt: -lt[1] / max(1, lt[0]))
+    most = sorted(targets, reverse=True)
+
+    def bound(micro_batch: int, seq: int) -> int:
+        if not packed:
+            return sum(most[:micro_batch])
+        room, total = micro_batch * seq, 0.0
+        for n, t in dense:
+            take = min(n, room)
+            total += t * take / max(1, n)
+            room -= take
+            if room <= 0:
+                break
+        return int(total + 0.999)
+
+    return bound
 
 
 # ---- the measured peak -------------------------------------------------------------------------

@@ -70,18 +70,23 @@ def twin_packing_works(model: nn.Module, dev: DeviceInfo, ctx: Any, attn: str, d
         num_key_value_heads=kv,
         head_dim=16,
         vocab_size=1024,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
     ).items():
         if hasattr(config, key):
             setattr(config, key, value)
+    if isinstance(getattr(config, "layer_types", None), list):
+        config.layer_types = config.layer_types[:2]
     try:
         twin = AutoModelForCausalLM.from_config(
             config, attn_implementation=attn, trust_remote_code=getattr(config, "auto_map", None) is not None
         )
-    except Exception:  # an architecture that cannot be shrunk this way: no packing (safe)
+        twin.to(dtype).to(dev.torch_device)
+        twin.config.use_cache = False
+        return packing_works(SFTLoss(twin, 0), dev, ctx, attn, 1024, tol)
+    except Exception:  # an architecture that cannot be shrunk this way: no packing (the safe answer)
         return False
-    twin.to(dtype).to(dev.torch_device)
-    twin.config.use_cache = False
-    return packing_works(SFTLoss(twin, 0), dev, ctx, attn, 1024, tol)
 
 
 def save_hf_weights(model: nn.Module, engine: Any, path: Path, tuning: str, world: World) -> None:
@@ -96,6 +101,10 @@ def save_hf_weights(model: nn.Module, engine: Any, path: Path, tuning: str, worl
     state = engine.full_state_dict()
     if not world.is_main:
         return
+    base = inner_model(model)
+    unique = {n for n, _ in base.named_parameters()}
+    tied = {n for n, _ in base.named_parameters(remove_duplicate=False)} - unique  # e.g. a tied lm_head
+    state = {k: v for k, v in state.items() if k.removeprefix("base_model.model.") not in tied}
     path.mkdir(parents=True, exist_ok=True)
     if tuning == "lora":
         model.save_pretrained(str(path), state_dict=state, safe_serialization=True)
