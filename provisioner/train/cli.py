@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    args = _parser().parse_args(argv)
+    args = _parser().parse_intermixed_args(argv)  # key=value overrides before or after options
     if args.config is None and not args.overrides:
         raise ConfigError("usage: give --config FILE and/or key=value overrides (see provision-train --help)")
     cfg = load_config(args.config, args.overrides)

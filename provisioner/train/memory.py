@@ -192,6 +192,7 @@ def setup_from_config(
         attn = "sdpa" if device_type == "cpu" else "flash_attention_2"
     g = cfg.grpo
     grpo = cfg.method == "grpo"
+    fsdp_offload = cfg.strategy == "fsdp" and (cfg.offload_params or cfg.resolved_offload_optimizer())
     seq = g.max_prompt_len + g.max_completion_len if grpo else cfg.max_seq_len
     return Setup(
         tuning=cfg.tuning,
@@ -202,8 +203,9 @@ def setup_from_config(
         seq=seq,
         micro_batch=cfg.micro_batch_size,
         checkpointing=cfg.gradient_checkpointing,
-        offload_optimizer=cfg.resolved_offload_optimizer() and cfg.strategy != "ddp",
-        offload_params=cfg.offload_params,
+        # FSDP2's CPUOffloadPolicy moves parameters, gradients and the step together.
+        offload_optimizer=cfg.strategy != "ddp" and (cfg.resolved_offload_optimizer() or fsdp_offload),
+        offload_params=cfg.offload_params or fsdp_offload,
         loss_chunk_tokens=cfg.loss_chunk_tokens,
         flash=attn.startswith("flash"),
         eager=attn == "eager",
@@ -413,7 +415,7 @@ def estimate(shape: ModelShape, su: Setup, device_type: str = "npu") -> Plan:
         act = no_ckpt
     act += tokens * shape.hidden * 4 * 2  # embedding output and final norm
     if mode == "mixed":  # autocast keeps 16-bit copies of the weights it casts until backward
-        cached = shape.head_params + shape.embed_params
+        cached = shape.vocab * shape.hidden  # the output head (the embedding lookup is not cast)
         cached += shape.layer_params if su.checkpointing else shape.layers * shape.layer_params
         items.append(Item("autocast copies", cached * b, f"{su.precision} copies of the fp32 weights", BWD))
     items.append(Item("activations", act, "checkpointed" if su.checkpointing else "no checkpointing", BWD))

@@ -395,6 +395,7 @@ def _finish(cfg: TrainConfig, out: Path, trainer: Any, bridge: Any, found: Path 
 
     metrics_path = out / cfg.metrics_file
     rows = read_metrics(metrics_path) if metrics_path.exists() else []
+    sampled = [r["reward_mean"] for r in rows if r.get("reward_mean") is not None]  # generation steps
     ckpts = checkpoints(out)
     summary = {
         "status": "ok",
@@ -403,10 +404,10 @@ def _finish(cfg: TrainConfig, out: Path, trainer: Any, bridge: Any, found: Path 
         "steps": trainer.state.global_step,
         "resumed_from": None if found is None else str(found),
         "final_loss": rows[-1]["loss"] if rows else None,
-        "reward_first": rows[0]["reward_mean"] if rows else None,
-        "reward_last": rows[-1]["reward_mean"] if rows else None,
+        "reward_first": sampled[0] if sampled else None,
+        "reward_last": sampled[-1] if sampled else None,
         "rewards": names,
-        "tokens_per_s_per_device": _mean([r["tokens_per_s_per_device"] for r in rows[1:] or rows]),
+        "tokens_per_s_per_device": _mean([r["tokens_per_s_per_device"] for r in rows[1:] or rows if r["tokens"]]),
         "train_time_s": round(train_time, 3),
         "device": dev.name,
         "device_type": dev.type,
