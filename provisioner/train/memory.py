@@ -367,10 +367,11 @@ def estimate(shape: ModelShape, su: Setup, device_type: str = "npu") -> Plan:
     # Gradients (of the trainable parameters).
     grad_b = b if ds and not lora else 4
     g = trainable * grad_b / (W if su.strategy in ("zero2", "zero3", "fsdp") else 1)
+    gnote = "sharded" if su.strategy != "ddp" else ""
     if su.strategy == "fsdp" and su.offload_params:
         host += g
         g = 0.0
-    gnote = "sharded" if su.strategy != "ddp" else ""
+        gnote = "offloaded to host"
     if ds:
         g += 2 * min(dsf["reduce_bucket"], trainable) * b  # the gradient reduction bucket and its copy
         gnote = (gnote + ", " if gnote else "") + "plus the reduce bucket"

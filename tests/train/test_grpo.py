@@ -126,3 +126,30 @@ def test_grpo_lora_exports_adapter_and_merged_model(tmp_path, capsys, peaked_mod
     from transformers import AutoModelForCausalLM
 
     AutoModelForCausalLM.from_pretrained(out / "merged")
+
+
+def test_grpo_full_with_fsdp_across_two_processes(tmp_path, peaked_model):
+    """The strategy maps onto accelerate's FSDP2 plugin: two ranks sample, score and update one policy."""
+    from tests.train.test_distributed import run_ok
+
+    cfg = write_config(
+        tmp_path / "cfg.yaml",
+        model=str(peaked_model),
+        data=str(prompts(tmp_path / "prompts.jsonl")),
+        output_dir=str(tmp_path / "out"),
+        method="grpo",
+        strategy="fsdp",
+        max_steps=2,
+        learning_rate=5e-3,
+        micro_batch_size=8,
+        save_steps=0,
+        system_prompt="",
+        grpo=dict(tuning="full", num_generations=8, max_completion_len=4, beta=0.02, rewards=["format"]),
+    )
+    summary = run_ok(cfg)
+    assert summary["world_size"] == 2 and summary["strategy"] == "fsdp" and summary["steps"] == 2
+    rows = read_metrics(tmp_path / "out" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2] and all(r["kl"] is not None for r in rows)
+    from transformers import AutoModelForCausalLM
+
+    AutoModelForCausalLM.from_pretrained(tmp_path / "out" / "final")  # gathered from the shards

@@ -211,7 +211,9 @@ def _strategy_args(cfg: TrainConfig) -> dict[str, Any]:
         }
     if cfg.strategy == "fsdp":
         options = "full_shard auto_wrap" + (" offload" if cfg.offload_params or cfg.resolved_offload_optimizer() else "")
-        return {"fsdp": options, "fsdp_config": {"version": 2, "reshard_after_forward": True}}
+        # FSDP's own activation checkpointing: the training argument would all-gather again in backward.
+        fsdp_config = {"version": 2, "reshard_after_forward": True, "activation_checkpointing": cfg.gradient_checkpointing}
+        return {"fsdp": options, "fsdp_config": fsdp_config, "gradient_checkpointing": False}
     return {}
 
 
@@ -396,6 +398,7 @@ def _finish(cfg: TrainConfig, out: Path, trainer: Any, bridge: Any, found: Path 
     metrics_path = out / cfg.metrics_file
     rows = read_metrics(metrics_path) if metrics_path.exists() else []
     sampled = [r["reward_mean"] for r in rows if r.get("reward_mean") is not None]  # generation steps
+    gen_rows = [r for r in rows if r.get("tokens")]
     ckpts = checkpoints(out)
     summary = {
         "status": "ok",
@@ -407,7 +410,7 @@ def _finish(cfg: TrainConfig, out: Path, trainer: Any, bridge: Any, found: Path 
         "reward_first": sampled[0] if sampled else None,
         "reward_last": sampled[-1] if sampled else None,
         "rewards": names,
-        "tokens_per_s_per_device": _mean([r["tokens_per_s_per_device"] for r in rows[1:] or rows if r["tokens"]]),
+        "tokens_per_s_per_device": _mean([r["tokens_per_s_per_device"] for r in gen_rows[1:] or gen_rows]),
         "train_time_s": round(train_time, 3),
         "device": dev.name,
         "device_type": dev.type,
