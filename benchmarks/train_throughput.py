@@ -212,6 +212,7 @@ def run_hf(
         AutoTokenizer,
         DataCollatorForSeq2Seq,
         DataCollatorWithFlattening,
+        PrinterCallback,
         Trainer,
         TrainerCallback,
         TrainingArguments,
@@ -291,6 +292,7 @@ def run_hf(
     trainer = Trainer(
         model=model, args=targs, train_dataset=rows, data_collator=collator, callbacks=[Clock()]
     )
+    trainer.remove_callback(PrinterCallback)  # keep stdout for the result
     trainer.train()
     (t0, n0), (t1, n1) = marks[args.warmup - 1], marks[-1]
     steps = len(marks) - args.warmup
@@ -317,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     write_data(data, args.samples, args.seq_len)
 
     runs: dict[str, list[dict[str, Any]]] = {"ours": [], "padded": [], "flat": []}
-    info: dict[str, Any] = run_ours(args, model_dir, data, work / "resolve")  # resolves device, precision, attention
+    info: dict[str, Any] = resolve(args)  # device, precision and attention as the trainer picks them
     per_step = samples_per_packed_step(args, model_dir, data)
     names = list(runs)
     for r in range(args.repeats):
@@ -326,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
             out = work / f"run-{who}-{r}"
             if who == "ours":
                 res = run_ours(args, model_dir, data, out)
+                info.update(res)
             else:
                 res = run_hf(
                     args, model_dir, data, out, info["precision"], info["attn"], info["device_type"],
@@ -379,6 +382,16 @@ def main(argv: list[str] | None = None) -> int:
             + f"   (per repeat: {', '.join(f'{x:.2f}x' for x in ratio['padded'])})"
         )
     return 0
+
+
+def resolve(args: argparse.Namespace) -> dict[str, Any]:
+    from provisioner.train import device as devmod
+    from provisioner.train.model import pick_attention
+
+    dev = devmod.detect(0)
+    prec = devmod.choose_precision(args.dtype, dev)
+    attn = pick_attention("auto", dev)
+    return {"precision": prec.name, "attn": attn, "device": dev.name, "device_type": dev.type, "packing": None}
 
 
 def samples_per_packed_step(args: argparse.Namespace, model_dir: Path, data: Path) -> int:
