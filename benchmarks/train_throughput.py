@@ -183,6 +183,7 @@ def run_ours(args: argparse.Namespace, model_dir: Path, data: Path, out: Path) -
     mfus = [r["mfu"] for r in rows if r.get("mfu") is not None]
     return {
         "tokens_per_s": tokens / seconds,
+        "best_step_tokens_per_s": max(r["tokens"] / r["step_time_s"] for r in rows),
         "tokens_per_step": tokens / len(rows),
         "mfu": statistics.mean(mfus) if mfus else None,
         "precision": summary["precision"],
@@ -296,7 +297,13 @@ def run_hf(
     trainer.train()
     (t0, n0), (t1, n1) = marks[args.warmup - 1], marks[-1]
     steps = len(marks) - args.warmup
-    return {"tokens_per_s": (n1 - n0) / (t1 - t0), "tokens_per_step": (n1 - n0) / steps}
+    pairs = zip(marks[args.warmup - 1 : -1], marks[args.warmup :], strict=True)
+    best = max((b[1] - a[1]) / (b[0] - a[0]) for a, b in pairs)
+    return {
+        "tokens_per_s": (n1 - n0) / (t1 - t0),
+        "best_step_tokens_per_s": best,
+        "tokens_per_step": (n1 - n0) / steps,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -330,8 +337,10 @@ def main(argv: list[str] | None = None) -> int:
                 res = run_ours(args, model_dir, data, out)
                 info.update(res)
             else:
+                # The peers run transformers' own attention of that kind (sdpa for the trainer's per-sequence sdpa).
+                attn = "sdpa" if info["attn"] == "provision_packed_sdpa" else info["attn"]
                 res = run_hf(
-                    args, model_dir, data, out, info["precision"], info["attn"], info["device_type"],
+                    args, model_dir, data, out, info["precision"], attn, info["device_type"],
                     flatten=who == "flat", samples_per_step=per_step,
                 )
             runs[who].append(res)
@@ -339,6 +348,9 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(out, ignore_errors=True)
 
     med = {k: statistics.median(x["tokens_per_s"] for x in v) for k, v in runs.items()}
+    # The fastest step each runner managed over all repeats: on a shared machine, load only ever slows a
+    # step down, so the best steps compare the work itself.
+    best = {k: max(x["best_step_tokens_per_s"] for x in v) for k, v in runs.items()}
     ratio = {
         k: [round(o["tokens_per_s"] / b["tokens_per_s"], 3) for o, b in zip(runs["ours"], runs[k], strict=True)]
         for k in ("padded", "flat")
@@ -360,6 +372,9 @@ def main(argv: list[str] | None = None) -> int:
         "hf_padding_free_tokens_per_s": round(med["flat"], 1),
         "ratio_vs_padded": statistics.median(ratio["padded"]),
         "ratio_vs_padding_free": statistics.median(ratio["flat"]),
+        "best_step_tokens_per_s": {k: round(v, 1) for k, v in best.items()},
+        "best_step_ratio_vs_padded": round(best["ours"] / best["padded"], 3),
+        "best_step_ratio_vs_padding_free": round(best["ours"] / best["flat"], 3),
         "ratio_vs_padded_per_repeat": ratio["padded"],
         "ratio_vs_padding_free_per_repeat": ratio["flat"],
         "provision_train_mfu": None if mfu is None else round(mfu, 4),
@@ -380,6 +395,8 @@ def main(argv: list[str] | None = None) -> int:
             + f"   (per repeat: {', '.join(f'{x:.2f}x' for x in ratio['flat'])})"
             + f"\n  HF Trainer, padded:        {med['padded']:10.1f} tokens/s   ratio {result['ratio_vs_padded']:.2f}x"
             + f"   (per repeat: {', '.join(f'{x:.2f}x' for x in ratio['padded'])})"
+            + f"\n  best steps: {best['ours']:.1f} / {best['flat']:.1f} / {best['padded']:.1f} tokens/s, ratios "
+            + f"{result['best_step_ratio_vs_padding_free']:.2f}x vs padding-free, {result['best_step_ratio_vs_padded']:.2f}x vs padded"
         )
     return 0
 
@@ -390,7 +407,7 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
 
     dev = devmod.detect(0)
     prec = devmod.choose_precision(args.dtype, dev)
-    attn = pick_attention("auto", dev)
+    attn = pick_attention("auto", dev)  # the trainer may refine sdpa for packed rows; its first run reports it
     return {"precision": prec.name, "attn": attn, "device": dev.name, "device_type": dev.type, "packing": None}
 
 

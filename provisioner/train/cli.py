@@ -107,7 +107,7 @@ def _main(argv: list[str] | None) -> int:
 
 def _check(cfg, args: argparse.Namespace, n_train: int, n_eval: int) -> int:
     """--check: the memory plan for the card the config names (or, without one, no verdict)."""
-    from provisioner.train import memory
+    from provisioner.train import memory_fit as memory
 
     world = args.world_size or int(os.environ.get("WORLD_SIZE", "1"))
     if world < 1:

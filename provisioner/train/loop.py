@@ -25,7 +25,7 @@ import torch
 
 from provisioner.train import checkpoint as ckpt
 from provisioner.train import device as devmod
-from provisioner.train import dist, memory
+from provisioner.train import dist, memory, memory_fit
 from provisioner.train import strategy as strat
 from provisioner.train.chatml import resolve_template, tokenize
 from provisioner.train.config import ConfigError, TrainConfig, dump_config
@@ -121,28 +121,34 @@ class Trainer:
         cfg, dev = self.cfg, self.dev
         self.prec = devmod.choose_precision(cfg.precision, dev)
         self.attn = pick_attention(cfg.attn_implementation, dev)
+        if self.attn == "sdpa" and cfg.packing is not False:
+            # No varlen kernel here: attend per packed sequence instead of over a masked row.
+            from provisioner.train import packed_attention
+
+            if packed_attention.usable(memory.read_model_config(cfg.model)) and packed_attention.register():
+                self.attn = packed_attention.NAME
         if cfg.card:
-            capacity, label, _ = memory.card_capacity(cfg.card)
+            capacity, label, _ = memory_fit.card_capacity(cfg.card)
         else:
-            capacity, label = memory.device_capacity(dev)
+            capacity, label = memory_fit.device_capacity(dev)
             if dev.type == "cpu" and capacity:  # the ranks of this host share it
                 capacity /= max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-        targets = memory.max_targets(
+        targets = memory_fit.max_targets(
             [len(e) for e in self.train_ex], [e.n_targets for e in self.train_ex], cfg.packing is not False
         )
-        self.plan = memory.plan(
+        self.plan = memory_fit.plan(
             cfg, self.world.size, self.prec.name, capacity, label, self.attn, dev.type, targets=targets
         )
         for line in self.plan.lines():
             self._info(line)
         if self.plan.fits is False:
             if cfg.memory_check:
-                raise ConfigError(memory.refusal(self.plan))
+                raise ConfigError(memory_fit.refusal(self.plan))
             self._info("memory_check is off: running a plan that does not fit")
 
     def _prepare_model(self) -> None:
         cfg, dev = self.cfg, self.dev
-        self.meter = memory.PeakMeter(dev.type)
+        self.meter = memory_fit.PeakMeter(dev.type)
         on_host = strat.loads_on_host(cfg)
         self.model = load_model(cfg, strat.host_view(dev) if on_host else dev, self.prec, self.attn)
         self.loss_fn = SFTLoss(self.model, cfg.loss_chunk_tokens)
@@ -467,14 +473,7 @@ class Trainer:
             "final_dir": str(final_dir),
             "merged_dir": None if merged_dir is None else str(merged_dir),
             "loss_curve": str(self.out / "loss_curve.png"),
-            "memory": {
-                "estimate_gib": round(self.plan.total / memory.GIB, 3),
-                "estimate_without_reserve_gib": round((self.plan.total - self.plan.reserve) / memory.GIB, 3),
-                "measured_peak_gib": None if peak is None else round(peak / memory.GIB, 3),
-                "capacity_gib": None if self.plan.capacity is None else round(self.plan.capacity / memory.GIB, 3),
-                "device": self.plan.capacity_label,
-                "plan": self.plan.to_dict(),
-            },
+            "memory": memory_fit.record(self.plan, peak),
         }
         if self.world.is_main:
             (self.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
@@ -506,11 +505,16 @@ class Trainer:
 
     def _measured_peak(self) -> float | None:
         """The largest peak over the ranks, in bytes, or None where it cannot be measured."""
-        mine = self.meter.peak_bytes()
         slots = [0.0] * self.world.size
+        mine = self.meter.peak_bytes()
         slots[self.world.rank] = -1.0 if mine is None else mine
         every = dist.all_reduce_sum(slots, self.dev)
-        return None if any(v < 0 for v in every) else max(every)
+        peak = None if any(v < 0 for v in every) else max(every)
+        self._info(
+            f"memory: planned {self.plan.total / 2**30:.2f} GiB per device, measured peak "
+            + ("n/a" if peak is None else f"{peak / 2**30:.2f} GiB")
+        )
+        return peak
 
 
 def _mean(values: list[float]) -> float | None:

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from provisioner.train import memory
+from provisioner.train import memory, memory_fit
 from provisioner.train.cli import main
 from provisioner.train.config import ConfigError, load_config
 from tests.train.conftest import PYTHON, alpaca_records, tokenizer_files, train_env, write_config
@@ -96,13 +96,13 @@ def test_qwen25_7b_full_on_four_64gb_chips_ddp_refused_sharded_accepted(tmp_path
 def test_suggestion_is_the_smallest_change_with_the_strategies_at_hand(tmp_path, seven_b):
     model, data = seven_b
     cfg = load_config(None, [f"model={model}", f"data={data}", f"output_dir={tmp_path}/o", "method=full"])
-    cap, label, bf16 = memory.card_capacity("910B3")
+    cap, label, bf16 = memory_fit.card_capacity("910B3")
     assert cap == 64 * 2**30 and bf16 is True
-    p = memory.plan(cfg, 4, "bf16", cap, label, strategies=["ddp", "fsdp"])  # no deepspeed here
+    p = memory_fit.plan(cfg, 4, "bf16", cap, label, strategies=["ddp", "fsdp"])  # no deepspeed here
     assert p.fits is False and p.suggestion == ["strategy=fsdp"]
     # One chip of 32 GB (910B4): sharding over one device does not help; offload or LoRA must.
-    cap4, label4, _ = memory.card_capacity("910B4")
-    one = memory.plan(cfg, 1, "bf16", cap4, label4, strategies=["ddp", "zero2", "zero3", "fsdp"])
+    cap4, label4, _ = memory_fit.card_capacity("910B4")
+    one = memory_fit.plan(cfg, 1, "bf16", cap4, label4, strategies=["ddp", "zero2", "zero3", "fsdp"])
     assert one.fits is False and one.suggestion
     assert any(w.startswith(("offload_", "method=lora")) for w in one.suggestion), one.suggestion
     assert one.suggestion_total <= cap4
@@ -112,7 +112,7 @@ def test_suggestion_is_the_smallest_change_with_the_strategies_at_hand(tmp_path,
         [f"model={model}", f"data={data}", f"output_dir={tmp_path}/o", "method=lora", "micro_batch_size=16",
          "max_seq_len=4096", "gradient_accumulation_steps=2"],
     )
-    p = memory.plan(big, 4, "bf16", cap, label, strategies=["ddp"])
+    p = memory_fit.plan(big, 4, "bf16", cap, label, strategies=["ddp"])
     mbs = next(w for w in p.suggestion if w.startswith("micro_batch_size="))
     ga = next(w for w in p.suggestion if w.startswith("gradient_accumulation_steps="))
     assert int(mbs.split("=")[1]) * int(ga.split("=")[1]) == 32

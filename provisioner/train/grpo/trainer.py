@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from provisioner.train import device as devmod
-from provisioner.train import memory
+from provisioner.train import memory_fit
 from provisioner.train.config import ConfigError, TrainConfig, dump_config
 from provisioner.train.grpo.data import PromptRecord, as_messages, check_records, load_prompts, render_chatml
 from provisioner.train.grpo.rewards import load_rewards
@@ -310,15 +310,15 @@ def run_grpo(cfg: TrainConfig, resume: str | None) -> dict[str, Any]:
 
     # The memory plan, before any weight is loaded.
     if cfg.card:
-        capacity, label, _ = memory.card_capacity(cfg.card)
+        capacity, label, _ = memory_fit.card_capacity(cfg.card)
     else:
-        capacity, label = memory.device_capacity(dev)
-    plan = memory.plan(cfg, world, prec.name, capacity, label, attn, dev.type)
+        capacity, label = memory_fit.device_capacity(dev)
+    plan = memory_fit.plan(cfg, world, prec.name, capacity, label, attn, dev.type)
     if is_main:
         for line in plan.lines():
             log.info(line)
     if plan.fits is False and cfg.memory_check:
-        raise ConfigError(memory.refusal(plan))
+        raise ConfigError(memory_fit.refusal(plan))
 
     from datasets import Dataset
     from transformers import PrinterCallback, ProgressCallback
@@ -347,7 +347,7 @@ def run_grpo(cfg: TrainConfig, resume: str | None) -> dict[str, Any]:
     # TRL logs each reward under its function's __name__; the metrics use the names the config gives.
     pairs = [(n, f.__name__) for n, f in zip(names, reward_funcs, strict=True)]
     bridge = MetricsBridge.make(out / cfg.metrics_file, resume_step, world, dev, pairs)
-    meter = memory.PeakMeter(dev.type)
+    meter = memory_fit.PeakMeter(dev.type)
     t0 = time.perf_counter()
     try:
         trainer = GRPOTrainer(
@@ -390,7 +390,7 @@ def run_grpo(cfg: TrainConfig, resume: str | None) -> dict[str, Any]:
 
 def _finish(cfg: TrainConfig, out: Path, trainer: Any, bridge: Any, found: Path | None, train_time: float,
             dev: devmod.DeviceInfo, prec: devmod.Precision, attn: str, vllm: bool, world: int,
-            plan: memory.Plan, peak: float | None, n_prompts: int, dropped: int, names: list[str],
+            plan: memory_fit.Plan, peak: float | None, n_prompts: int, dropped: int, names: list[str],
             final_dir: Path, merged_dir: Path | None, is_main: bool) -> dict[str, Any]:
     from provisioner.train.metrics import read_metrics
     from provisioner.train.plot import loss_curve
@@ -427,13 +427,7 @@ def _finish(cfg: TrainConfig, out: Path, trainer: Any, bridge: Any, found: Path 
         "final_dir": str(final_dir),
         "merged_dir": None if merged_dir is None else str(merged_dir),
         "loss_curve": str(out / "loss_curve.png"),
-        "memory": {
-            "estimate_gib": round(plan.total / memory.GIB, 3),
-            "measured_peak_gib": None if peak is None else round(peak / memory.GIB, 3),
-            "capacity_gib": None if plan.capacity is None else round(plan.capacity / memory.GIB, 3),
-            "device": plan.capacity_label,
-            "plan": plan.to_dict(),
-        },
+        "memory": memory_fit.record(plan, peak),
     }
     if is_main:
         loss_curve(
