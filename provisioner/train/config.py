@@ -16,13 +16,9 @@ from typing import Any
 
 import yaml
 
-from provisioner.errors import ProvisionError
+from provisioner.train.errors import ConfigError
 
 QWEN25_SYSTEM_PROMPT = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
-
-
-class ConfigError(ProvisionError):
-    """A bad trainer config or data file; the message names the field or file:line."""
 
 
 @dataclass

@@ -127,6 +127,7 @@ class Trainer:
 
             if packed_attention.usable(memory.read_model_config(cfg.model)) and packed_attention.register():
                 self.attn = packed_attention.NAME
+        capacity: float | None
         if cfg.card:
             capacity, label, _ = memory_fit.card_capacity(cfg.card)
         else:
@@ -368,7 +369,7 @@ class Trainer:
         )
         total = torch.zeros((), dtype=torch.float64)
         targets = 0
-        module = getattr(self.engine, "eval_module", self.loss_fn)
+        module: Any = getattr(self.engine, "eval_module", self.loss_fn)
         self.loss_fn.eval()
         with torch.no_grad(), self._autocast():
             for i in range(r, stream.epoch_size(0), W):

@@ -106,7 +106,8 @@ def read_model_config(model_dir: str | os.PathLike) -> dict[str, Any]:
 
 def model_shape(config: dict[str, Any]) -> ModelShape:
     """The decoder's dimensions; multimodal configs nest them under text_config."""
-    c = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    text = config.get("text_config")
+    c: dict[str, Any] = text if isinstance(text, dict) else config
     need = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
     missing = [k for k in need if not isinstance(c.get(k), int)]
     if missing:
@@ -306,7 +307,7 @@ class Plan:
             out.append(f"  (host memory for offloaded state: {self.host_bytes / GIB:.2f} GiB per device)")
         if self.suggestion:
             out.append(
-                f"  smallest change that fits: {' '.join(self.suggestion)} (total {self.suggestion_total / GIB:.2f} GiB)"
+                f"  smallest change that fits: {' '.join(self.suggestion)} (total {(self.suggestion_total or 0) / GIB:.2f} GiB)"
             )
         return out
 
@@ -437,7 +438,7 @@ def estimate(shape: ModelShape, su: Setup, device_type: str = "npu") -> Plan:
     # The optimizer step's temporaries (per-tensor AdamW on CPU; the fused ones work in place).
     copies = f["step_temporaries_largest_tensor"].get(device_type, 0)
     if copies and not su.offload_optimizer and not ds:
-        largest = max(shape.embed_params, shape.hidden * shape.intermediate) if not lora else 0
+        largest = float(max(shape.embed_params, shape.hidden * shape.intermediate) if not lora else 0)
         largest = largest / (1 if su.strategy == "ddp" else W)
         items.append(Item("step temporaries", copies * largest * 4, "AdamW, largest tensor", ("optimizer step",)))
 

@@ -43,7 +43,7 @@ def card_capacity(name: str) -> tuple[float, str, bool | None]:
     mb = card.get("memory_mb")
     if not mb:
         for model in card.get("chip_models", []):
-            chip = next((c for c in m.rows("chips") if c["model"] == model), None)
+            chip = next((c for c in m.rows("chips") if c["model"] == model), {})
             if chip and chip.get("hbm_mb"):
                 mb = chip["hbm_mb"]
                 break
@@ -161,7 +161,7 @@ def plan(
     tf = targets
     p = _estimate_for(shape, cfg, world, precision, attn, device_type, capacity, tf)
     p.capacity, p.capacity_label = capacity, label
-    if p.fits is False:
+    if p.fits is False and capacity is not None:
         for change in _candidates(cfg, strategies if strategies is not None else available_strategies()):
             alt = _estimate_for(shape, _apply(cfg, change), world, precision, attn, device_type, capacity, tf)
             if alt.total <= capacity:
@@ -191,13 +191,13 @@ def _estimate_for(
 
 def refusal(p: Plan) -> str:
     fix = (
-        f"; smallest change that fits: {' '.join(p.suggestion)} ({p.suggestion_total / GIB:.1f} GiB)"
+        f"; smallest change that fits: {' '.join(p.suggestion)} ({(p.suggestion_total or 0) / GIB:.1f} GiB)"
         if p.suggestion
         else "; no strategy, offload, micro-batch or LoRA change fits: use more devices or a bigger card"
     )
     return (
         f"memory: the plan needs {p.total / GIB:.1f} GiB per device but {p.capacity_label} has "
-        f"{p.capacity / GIB:.1f} GiB ({p.setup.describe()}){fix} (memory_check: false runs it anyway)"
+        f"{(p.capacity or 0) / GIB:.1f} GiB ({p.setup.describe()}){fix} (memory_check: false runs it anyway)"
     )
 
 
@@ -266,7 +266,7 @@ class PeakMeter:
             return max(0.0, (hwm - self.base) * 1024)
         import torch
 
-        return float(getattr(torch, self.device_type).max_memory_allocated()) - self.base * 1024
+        return float(getattr(torch, self.device_type).max_memory_allocated()) - (self.base or 0) * 1024
 
 
 def _status_kib(key: str) -> float | None:

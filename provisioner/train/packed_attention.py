@@ -27,7 +27,8 @@ _cache: dict[str, Any] = {"ref": None, "segments": None}
 
 def usable(model_config: dict[str, Any]) -> bool:
     """Only for decoders whose attention this function reproduces exactly."""
-    c = model_config.get("text_config") if isinstance(model_config.get("text_config"), dict) else model_config
+    text = model_config.get("text_config")
+    c: dict[str, Any] = text if isinstance(text, dict) else model_config
     if str(model_config.get("model_type") or c.get("model_type")) not in PLAIN_CAUSAL:
         return False
     layer_types = c.get("layer_types")

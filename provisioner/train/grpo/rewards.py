@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from provisioner.train.config import ConfigError
+from provisioner.train.errors import ConfigError
 
 BUILTIN = ("math", "format")
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S)

@@ -231,7 +231,7 @@ class MetricsBridge:
 
         class _Bridge(TrainerCallback):
             def __init__(self) -> None:
-                self.log = None
+                self.log: MetricsLog | None = None
                 self.t = time.perf_counter()
                 self.step = resume_step or 0
                 self.tokens: float | None = None
@@ -309,6 +309,7 @@ def run_grpo(cfg: TrainConfig, resume: str | None) -> dict[str, Any]:
         raise ConfigError(f"config: data: every prompt is longer than grpo.max_prompt_len={cfg.grpo.max_prompt_len}")
 
     # The memory plan, before any weight is loaded.
+    capacity: float | None
     if cfg.card:
         capacity, label, _ = memory_fit.card_capacity(cfg.card)
     else:
