@@ -160,7 +160,7 @@ def test_deepspeed_in_this_environment_is_a_version_the_matrix_allows():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["full", "lora"])
-def test_estimate_within_15_percent_of_the_measured_cpu_peak(tmp_path, capsys, tokenizer, method):
+def test_estimate_within_15_percent_of_the_measured_cpu_peak(tmp_path, tokenizer, method):
     from provisioner.train import tiny
 
     model = tiny.build_qwen2(tmp_path / "small", tokenizer, hidden=256, layers=4, heads=4, kv_heads=2,
@@ -169,8 +169,12 @@ def test_estimate_within_15_percent_of_the_measured_cpu_peak(tmp_path, capsys, t
     data.write_text(json.dumps(alpaca_records(64)))
     cfg = write_config(tmp_path / "c.yaml", model=str(model), data=str(data), output_dir=str(tmp_path / "out"),
                        method=method, max_steps=3, max_seq_len=512, micro_batch_size=2, save_steps=0)
-    assert main(["--config", str(cfg), "--json"]) == 0
-    mem = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["memory"]
+    # A fresh process, as a real run is: a long test process's allocator holds memory that earlier tests freed,
+    # and reuses it without raising the resident set, so the peak it measures would be too low.
+    proc = subprocess.run([PYTHON, "-m", "provisioner.train", "--config", str(cfg), "--json"], capture_output=True,
+                          text=True, env=train_env(), timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    mem = json.loads(proc.stdout.strip().splitlines()[-1])["memory"]
     estimate, measured = mem["estimate_gib"], mem["measured_peak_gib"]
     assert measured and abs(estimate - measured) / measured < 0.15, mem
     assert mem["plan"]["fits"] is True and mem["device"] == "host memory available"
