@@ -37,8 +37,9 @@ def _host_options(f, devices_default: str | None = None):
         click.option("--card", required=True, help="Card or server: 300T-A2, 800T-A2, 800T-A3, 300I-Pro, 350, ..."),
         click.option(
             "--devices",
+            # No default=None when required: click 8.3+ treats an explicit None default as satisfying `required`.
             required=devices_default is None,
-            default=devices_default,
+            **({"default": devices_default} if devices_default is not None else {}),
             help="Physical chip ids as in `ls /dev/davinci*`: 0-3,6 or all."
             + (f" [default: {devices_default}]" if devices_default else ""),
         ),
