@@ -8,7 +8,9 @@ did not pass here is refused there, not written). Base level: imports nothing fr
 
     image_ref     a Docker image reference: [host[:port]/]path[:tag][@algo:hex]
     url           an http(s) URL with a valid host and no whitespace or control characters
-    host          a host name (RFC 1123) or an IPv4/IPv6 address
+    host          a host name (RFC 1123) or an IPv4/IPv6 address; ip_address only an address
+    ifname_spec   interface names for HCCL/Gloo (eth0, =eth0, ^docker,lo)
+    docker_user   name|uid[:group|gid];  env_key  an environment variable name
     dns_label     a Kubernetes name: an RFC 1123 label (<= 63), or a subdomain (<= 253) with subdomain=True
     name          a container / recipe / file-stem name: [A-Za-z0-9][A-Za-z0-9_.-]*, no "..", no "/"
     version_text  what a version flag may hold: ASCII letters, digits and . + _ - * , < > = ! (bounded)
@@ -102,6 +104,47 @@ def host(value: object, what: str = "host") -> str:
     return text
 
 
+def ip_address(value: object, what: str = "IP address") -> str:
+    """An IPv4 or IPv6 address."""
+    import ipaddress
+
+    text = _text(value, what, 64)
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        raise Invalid(f"{what}: not an IP address: {_show(value)}") from None
+    return text
+
+
+_IFNAME = re.compile(r"[=^]?[A-Za-z0-9_.:@-]{1,15}(?:,[A-Za-z0-9_.:@-]{1,15})*", re.ASCII)
+_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,31})?", re.ASCII)
+_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}", re.ASCII)
+
+
+def ifname_spec(value: object, what: str = "interface") -> str:
+    """Network interface names as HCCL/Gloo take them: ``eth0``, ``=eth0``, ``^docker,lo``, comma-separated."""
+    text = _text(value, what, 256)
+    if not _IFNAME.fullmatch(text):
+        raise Invalid(f"{what}: not interface names (eth0, =eth0, ^docker; at most 15 characters each): {_show(value)}")
+    return text
+
+
+def docker_user(value: object, what: str = "--user") -> str:
+    """A container user as docker run takes it: name or uid, optionally ``:group`` or ``:gid``."""
+    text = _text(value, what, 65)
+    if not _USER.fullmatch(text):
+        raise Invalid(f"{what}: not a user (name|uid[:group|gid]): {_show(value)}")
+    return text
+
+
+def env_key(value: object, what: str = "environment variable") -> str:
+    """An environment variable name: a letter or '_', then letters, digits and '_'."""
+    text = _text(value, what, 128)
+    if not _ENV_KEY.fullmatch(text):
+        raise Invalid(f"{what}: not an environment variable name: {_show(value)}")
+    return text
+
+
 def url(value: object, what: str = "URL", schemes: tuple[str, ...] = ("http", "https")) -> str:
     """An absolute URL of one of `schemes` with a valid host; no whitespace, quotes or control characters."""
     from urllib.parse import urlsplit
@@ -165,3 +208,66 @@ def finite(value: object, what: str = "number") -> float:
     if isinstance(value, float) and not math.isfinite(value):
         raise Invalid(f"{what}: must be a finite number, got {value}")
     return value
+
+
+MAX_DEPTH = 32  # nesting of any data document (YAML, JSON) read from outside; real ones stay under 8
+
+
+def depth(obj: object, what: str, limit: int = MAX_DEPTH) -> object:
+    """`obj` unchanged, or Invalid when dicts/lists nest deeper than `limit` (walked without recursion)."""
+    stack = [(obj, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            children: list = list(item.values())
+        elif isinstance(item, (list, tuple)):
+            children = list(item)
+        else:
+            continue
+        if level > limit:
+            raise Invalid(f"{what}: nested deeper than {limit} levels")
+        stack.extend((c, level + 1) for c in children)
+    return obj
+
+
+def json_doc(text: str | bytes, what: str, limit: int = MAX_DEPTH) -> object:
+    """JSON text from outside (a stack file, an image label): parsed, depth-checked; Invalid when it is not."""
+    import json
+
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise Invalid(f"{what}: not UTF-8 text") from None
+    try:
+        doc = json.loads(text)
+    except RecursionError:
+        raise Invalid(f"{what}: nested deeper than {limit} levels") from None
+    except ValueError as exc:
+        raise Invalid(f"{what}: not JSON ({exc})") from None
+    return depth(doc, what, limit)
+
+
+# The Stack fields read back from an image label or a --stack file, with the grammar of each.
+_STACK_TEXT = {("id",): name, ("chip", "family"): name, ("cann", "version"): version_text,
+               ("python",): version_text, ("torch", "version"): version_text, ("torch_npu", "version"): version_text,
+               ("mindspore", "version"): version_text, ("base_image", "ref"): image_ref,
+               ("driver", "summary"): single_line, ("framework",): name, ("card",): single_line}
+
+
+def stack_doc(doc: object, what: str) -> dict:
+    """A Stack from outside (image label, --stack file): a JSON object whose fields that code reads have the
+    right type and grammar; anything else is Invalid (one line) rather than a traceback or injected text."""
+    if not isinstance(doc, dict):
+        raise Invalid(f"{what}: not a provision stack (a JSON object)")
+    depth(doc, what)
+    for path, check in _STACK_TEXT.items():
+        node: object = doc
+        for i, key in enumerate(path):
+            if not isinstance(node, dict):
+                raise Invalid(f"{what}: {'.'.join(path[:i])} must be an object")
+            node = node.get(key)
+        if node is None or (path == ("base_image", "ref") and node == ""):
+            continue
+        check(node, f"{what}: {'.'.join(path)}")
+    return doc

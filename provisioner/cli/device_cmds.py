@@ -137,22 +137,17 @@ def _write(path: str, text: str) -> None:
 
 
 def _load_stack(path: str) -> dict:
-    import json
-
     from provisioner.errors import ProvisionError
 
-    try:
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
-    except OSError as exc:
-        raise ProvisionError(f"--stack {path}: {exc.strerror}") from None
-    except ValueError as exc:
-        raise ProvisionError(f"--stack {path}: not JSON ({exc})") from None
+    from provisioner import validate
+    from provisioner.hostfile import read_bytes
+
+    doc = validate.json_doc(read_bytes(path, f"--stack {path}"), f"--stack {path}")
     if isinstance(doc, dict) and isinstance(doc.get("stack"), dict):
         doc = doc["stack"]  # `provision resolve --json` output
     if not isinstance(doc, dict) or "cann" not in doc:
         raise ProvisionError(f"--stack {path}: not a provision stack (expected `provision resolve --json` output or the image label)")
-    return doc
+    return validate.stack_doc(doc, f"--stack {path}")
 
 
 def _label_stack(facts, image: str) -> tuple[dict | None, str | None]:
