@@ -74,6 +74,11 @@ def _text(value: object, what: str, limit: int = MAX_TEXT) -> str:
     return value
 
 
+def has_control(text: str) -> bool:
+    """True when `text` holds a control character or line separator."""
+    return _CONTROL.search(text) is not None
+
+
 def single_line(value: object, what: str, limit: int = MAX_TEXT) -> str:
     """Text with no control characters (no newline can end the line it is written on)."""
     return _text(value, what, limit)
@@ -252,7 +257,9 @@ def json_doc(text: str | bytes, what: str, limit: int = MAX_DEPTH) -> object:
 _STACK_TEXT = {("id",): name, ("chip", "family"): name, ("cann", "version"): version_text,
                ("python",): version_text, ("torch", "version"): version_text, ("torch_npu", "version"): version_text,
                ("mindspore", "version"): version_text, ("base_image", "ref"): image_ref,
-               ("driver", "summary"): single_line, ("framework",): name, ("card",): single_line}
+               ("driver", "summary"): single_line, ("framework",): name, ("card", "id"): single_line,
+               ("os",): single_line, ("arch",): name, ("chip", "name"): single_line,
+               ("torch", "index_url"): url}
 
 
 def stack_doc(doc: object, what: str) -> dict:
@@ -264,6 +271,8 @@ def stack_doc(doc: object, what: str) -> dict:
     for path, check in _STACK_TEXT.items():
         node: object = doc
         for i, key in enumerate(path):
+            if node is None:
+                break
             if not isinstance(node, dict):
                 raise Invalid(f"{what}: {'.'.join(path[:i])} must be an object")
             node = node.get(key)

@@ -137,9 +137,8 @@ def _write(path: str, text: str) -> None:
 
 
 def _load_stack(path: str) -> dict:
-    from provisioner.errors import ProvisionError
-
     from provisioner import validate
+    from provisioner.errors import ProvisionError
     from provisioner.hostfile import read_bytes
 
     doc = validate.json_doc(read_bytes(path, f"--stack {path}"), f"--stack {path}")

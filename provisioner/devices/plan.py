@@ -16,8 +16,7 @@ import os
 import re
 from dataclasses import asdict, dataclass, field, replace
 
-from provisioner import chipids
-from provisioner import validate
+from provisioner import chipids, validate
 from provisioner.errors import ProvisionError
 from provisioner.host import hostfs
 

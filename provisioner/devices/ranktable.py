@@ -9,7 +9,6 @@ does not hold; the matrix says so and the generator refuses them.
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 
 from provisioner import validate

@@ -102,8 +102,9 @@ def shell(plan: DevicePlan, image: str, command: list[str] | None = None, name: 
     chunks = _chunks(plan, image, command, name, not command)
     body = [" ".join(shlex.quote(t) for t in chunk) for chunk in chunks]
     text = body[0] + "".join(" \\\n  " + line for line in body[1:])
-    # The printed command must read back as exactly the argv --json gives: nothing injected, nothing lost.
-    if shlex.split(text) != [tok for chunk in chunks for tok in chunk]:
+    # The printed command must read back (backslash-newline joins lines, as in sh) as exactly the argv --json
+    # gives: nothing injected, nothing lost.
+    if shlex.split(text.replace("\\\n", "")) != [tok for chunk in chunks for tok in chunk]:
         raise ProvisionError("the docker run line does not read back as its own arguments; refusing to print it")
     return "\n".join(comments(plan)) + "\n" + text + "\n"
 

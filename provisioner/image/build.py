@@ -75,6 +75,10 @@ def check_options(opts: BuildOptions) -> None:
         index_url(opts.pip_index_url, "--pip-index-url")
     for url in opts.extra_index_urls:
         index_url(url, "--extra-index-url")
+    from provisioner import validate
+
+    for tag in opts.tags:
+        validate.image_ref(tag, "--tag")
     if opts.trusted_ca is not None:
         _read_ca(opts.trusted_ca)
     if opts.network is not None and opts.network not in ("host", "bridge", "none", "default"):

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from provisioner import validate
 from provisioner.arch import machine as machine_arch
 from provisioner.arch import normalize as normalize_arch
-from provisioner import validate
 from provisioner.errors import ProvisionError
 
 EXTRAS = ("apex", "mindspeed-llm", "deepspeed")
