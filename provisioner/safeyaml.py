@@ -13,7 +13,7 @@ from provisioner.errors import ProvisionError
 
 MAX_DEPTH = 64
 MAX_ALIASES = 1000
-MAX_NODES = 2_000_000
+MAX_NODES = 250_000
 
 
 class YamlLimitError(ProvisionError):

@@ -10,6 +10,7 @@ import click
 
 from provisioner.errors import ProvisionError
 from provisioner.text import one_line
+from provisioner.validate import comment
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -33,7 +34,7 @@ def run(argv: list[str] | None = None) -> int:
     try:
         rv = cli.main(args=argv, prog_name="provision", standalone_mode=False)
     except ProvisionError as exc:
-        click.echo(f"provision: error: {exc}", err=True)
+        click.echo(f"provision: error: {comment(one_line(str(exc)))}", err=True)
         return exc.exit_code
     except click.exceptions.Exit as exc:
         return exc.exit_code
@@ -41,12 +42,10 @@ def run(argv: list[str] | None = None) -> int:
         click.echo("provision: aborted", err=True)
         return 130
     except click.ClickException as exc:
-        click.echo(f"provision: error: {one_line(exc.format_message())}", err=True)
+        click.echo(f"provision: error: {comment(one_line(exc.format_message()))}", err=True)
         return 2
     except KeyboardInterrupt:
         click.echo("provision: interrupted", err=True)
         return 130
-    except BrokenPipeError:
-        return 0
     return rv if isinstance(rv, int) else 0
 

@@ -26,8 +26,8 @@ def cached_resolve(matrix: Matrix, req: Request) -> Stack:
     """`solve.resolve(matrix, req)`, answered from the cache when the same inputs were resolved before."""
     key = cache.fingerprint(matrix.fingerprint, json.dumps(req.as_dict(), sort_keys=True, default=list))
     name = f"resolve-{key}.json"
-    hit: dict | None = cache.read(name) if matrix.fingerprint else None
-    if hit is None:
+    hit = cache.read(name) if matrix.fingerprint else None
+    if not _usable(hit):  # absent, or not what this code writes: a miss, and rewritten below
         from provisioner.resolve import solve
 
         try:
@@ -39,6 +39,15 @@ def cached_resolve(matrix: Matrix, req: Request) -> Stack:
     if hit["status"] == "ok":
         return hit["stack"]
     raise ResolveError(hit["message"], reasons=hit["reasons"], alternatives=hit["alternatives"])
+
+
+def _usable(hit) -> bool:
+    if not isinstance(hit, dict):
+        return False
+    if hit.get("status") == "ok":
+        return isinstance(hit.get("stack"), dict)
+    return (hit.get("status") == "refused" and isinstance(hit.get("message"), str)
+            and isinstance(hit.get("reasons"), list) and isinstance(hit.get("alternatives"), list))
 
 
 def stack_for(overlays, options: dict) -> tuple[Matrix, Stack]:
