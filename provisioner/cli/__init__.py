@@ -42,6 +42,9 @@ def _main(args: list[str]) -> int:
             shown = arg.encode("utf-8", "surrogateescape").decode("ascii", "backslashreplace")
             sys.stderr.write(f"provision: error: argument {n} is not UTF-8 text: {shown[:80]!r}\n")
             return 2
+        if "\x00" in arg:  # no command line can carry one; a caller of main() could
+            sys.stderr.write(f"provision: error: argument {n} holds a NUL character\n")
+            return 2
     if args[:1] == ["resolve"]:
         from provisioner.cli.fast import try_resolve
 
