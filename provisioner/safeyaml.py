@@ -58,7 +58,7 @@ def check(text: str, what: str, loader=None) -> None:
                 aliases += 1
                 if aliases > MAX_ALIASES:
                     raise YamlLimitError(f"{what}: more than {MAX_ALIASES} YAML aliases")
-                open_[-1][1] += anchors.get(ev.anchor, 1)
+                open_[-1][1] += anchors.get(ev.anchor or "", 1)
             else:
                 continue
             if open_[0][1] + sum(s for _, s in open_[1:]) > MAX_NODES:

@@ -25,6 +25,10 @@ import re
 
 from provisioner.errors import ProvisionError
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 
 class Invalid(ProvisionError):
     """A value does not match its grammar."""
@@ -254,7 +258,7 @@ def json_doc(text: str | bytes, what: str, limit: int = MAX_DEPTH) -> object:
 
 
 # The Stack fields read back from an image label or a --stack file, with the grammar of each.
-_STACK_TEXT = {("id",): name, ("chip", "family"): name, ("cann", "version"): version_text,
+_STACK_TEXT: dict[tuple[str, ...], Callable[[object, str], object]] = {("id",): name, ("chip", "family"): name, ("cann", "version"): version_text,
                ("python",): version_text, ("torch", "version"): version_text, ("torch_npu", "version"): version_text,
                ("mindspore", "version"): version_text, ("base_image", "ref"): image_ref,
                ("driver", "summary"): single_line, ("framework",): name, ("card", "id"): single_line,

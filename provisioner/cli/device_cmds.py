@@ -35,14 +35,7 @@ def launch_options(node_rank: bool = True):
 def _host_options(f, devices_default: str | None = None):
     opts = [
         click.option("--card", required=True, help="Card or server: 300T-A2, 800T-A2, 800T-A3, 300I-Pro, 350, ..."),
-        click.option(
-            "--devices",
-            # No default=None when required: click 8.3+ treats an explicit None default as satisfying `required`.
-            required=devices_default is None,
-            **({"default": devices_default} if devices_default is not None else {}),
-            help="Physical chip ids as in `ls /dev/davinci*`: 0-3,6 or all."
-            + (f" [default: {devices_default}]" if devices_default else ""),
-        ),
+        _devices_option(devices_default),
         click.option("--root", default="/", show_default=True, help="Host root the driver files are read from."),
         click.option("--dev-root", "dev_root", default="/dev", show_default=True, help="Where the host's device nodes are."),
         click.option(
@@ -55,6 +48,14 @@ def _host_options(f, devices_default: str | None = None):
     for o in reversed(opts):
         f = o(f)
     return matrix_option(f)
+
+
+def _devices_option(devices_default: str | None):
+    help_text = "Physical chip ids as in `ls /dev/davinci*`: 0-3,6 or all."
+    if devices_default is None:
+        # No default=None with required: click 8.3+ takes an explicit None default as satisfying `required`.
+        return click.option("--devices", required=True, help=help_text)
+    return click.option("--devices", default=devices_default, help=f"{help_text} [default: {devices_default}]")
 
 
 def _launch_options(f, node_rank: bool = True):

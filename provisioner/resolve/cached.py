@@ -26,7 +26,7 @@ def cached_resolve(matrix: Matrix, req: Request) -> Stack:
     """`solve.resolve(matrix, req)`, answered from the cache when the same inputs were resolved before."""
     key = cache.fingerprint(matrix.fingerprint, json.dumps(req.as_dict(), sort_keys=True, default=list))
     name = f"resolve-{key}.json"
-    hit = cache.read(name) if matrix.fingerprint else None
+    hit: dict | None = cache.read(name) if matrix.fingerprint else None
     if not _usable(hit):  # absent, or not what this code writes: a miss, and rewritten below
         from provisioner.resolve import solve
 
@@ -36,6 +36,7 @@ def cached_resolve(matrix: Matrix, req: Request) -> Stack:
             hit = {"status": "refused", "message": str(exc), "reasons": exc.reasons, "alternatives": exc.alternatives}
         if matrix.fingerprint:
             cache.write(name, hit)
+    assert hit is not None
     if hit["status"] == "ok":
         return hit["stack"]
     raise ResolveError(hit["message"], reasons=hit["reasons"], alternatives=hit["alternatives"])

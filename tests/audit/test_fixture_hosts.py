@@ -214,7 +214,7 @@ def test_another_tree_is_never_executed(audit_host, capsys, tmp_path):
     (h.root / "usr/local/bin/npu-smi").write_text(f"#!/bin/sh\ntouch {mark}\n")
     rc = main(["audit", "--root", str(h.root), "--dev-root", str(h.dev_root), "--json"])
     doc = json.loads(capsys.readouterr().out)
-    assert not mark.exists()
+    assert not mark.exists() and rc == 0
     assert doc["host"]["npu_smi"]["source"] == "not-run" and ("info", "npu-smi-not-run") in ids(doc)
     assert "--npu-smi-output" in {f["id"]: f for f in doc["findings"]}["npu-smi-not-run"]["remedy"]
 

@@ -22,7 +22,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from tests.fuzz import harness, pool as pools
+from tests.fuzz import harness
+from tests.fuzz import pool as pools
 from tests.fuzz.strategies import argv_for
 
 EXAMPLES = int(os.environ.get("PROVISION_FUZZ_EXAMPLES", "10"))
