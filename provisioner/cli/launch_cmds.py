@@ -65,6 +65,17 @@ def launch_cmd(overlays, as_json, image, check, check_only, module, script, exec
     from provisioner.launch import torchrun
     from provisioner.matrix import loader
 
+    from provisioner import validate
+
+    validate.image_ref(image, "--image")
+    if name is not None:
+        validate.name(name, "--name")
+    if network is not None:
+        validate.name(network, "--network")
+    if workdir is not None:
+        validate.single_line(workdir, "--workdir")
+    for item in (*volumes, *labels):
+        validate.single_line(item, "-v/--label")
     target = _target(module, script, exec_, check_only, args)
     multi_node(kw).require_master()
     user_env = torchrun.parse_env(env, dict(os.environ))
