@@ -8,7 +8,7 @@ no injected line in what is printed), writes nothing but what it was told to wri
 prints carries nothing injected: a Dockerfile and pip.conf line by line, a printed `docker run` read back
 with shlex equal to the --json argv.
 
-CI runs a fixed, reproducible set (PROVISION_FUZZ_EXAMPLES examples per command, default 10);
+CI runs a fixed, reproducible set (PROVISION_FUZZ_EXAMPLES examples per command, default 40);
 PROVISION_FUZZ_EXAMPLES=5000 runs thousands (fresh random ones with PROVISION_FUZZ_RANDOM=1).
 """
 
@@ -26,7 +26,7 @@ from tests.fuzz import harness
 from tests.fuzz import pool as pools
 from tests.fuzz.strategies import argv_for
 
-EXAMPLES = int(os.environ.get("PROVISION_FUZZ_EXAMPLES", "10"))
+EXAMPLES = int(os.environ.get("PROVISION_FUZZ_EXAMPLES", "40"))
 RANDOM = bool(os.environ.get("PROVISION_FUZZ_RANDOM"))
 COMMANDS = harness.walk()
 # Commands that report warnings with exit 1.
