@@ -253,7 +253,7 @@ def json_doc(text: str | bytes, what: str, limit: int = MAX_DEPTH) -> object:
     except RecursionError:
         raise Invalid(f"{what}: nested deeper than {limit} levels") from None
     except ValueError as exc:
-        raise Invalid(f"{what}: not JSON ({exc})") from None
+        raise Invalid(f"{what}: not valid JSON ({exc})") from None
     return depth(doc, what, limit)
 
 

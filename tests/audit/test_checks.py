@@ -204,7 +204,7 @@ def test_stack_from_labels(matrix):
     assert image_labels.stack_from_labels(labels) == stack
     with pytest.raises(ProvisionError, match="has no org.provision.stack label"):
         image_labels.stack_from_labels({}, "img")
-    with pytest.raises(ProvisionError, match="not JSON"):
+    with pytest.raises(ProvisionError, match="not valid JSON"):
         image_labels.stack_from_labels({image_labels.STACK_LABEL: "{nope"}, "img")
 
 
