@@ -44,6 +44,13 @@ def run(argv: list[str] | None = None) -> int:
     except click.ClickException as exc:
         click.echo(f"provision: error: {comment(one_line(exc.format_message()))}", err=True)
         return 2
+    except OSError as exc:
+        # A path the user named that the system refuses (too long, a loop, no permission, ...): bad input.
+        if isinstance(exc, BrokenPipeError):
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        click.echo(f"provision: error: {comment(one_line(where + (exc.strerror or str(exc))))}", err=True)
+        return 2
     except KeyboardInterrupt:
         click.echo("provision: interrupted", err=True)
         return 130
