@@ -59,13 +59,12 @@ def launch_cmd(overlays, as_json, image, check, check_only, module, script, exec
     import os
     import sys
 
+    from provisioner import validate
     from provisioner.cli.device_cmds import multi_node, plan_options
     from provisioner.devices import plan as devices
     from provisioner.launch import run as launch
     from provisioner.launch import torchrun
     from provisioner.matrix import loader
-
-    from provisioner import validate
 
     validate.image_ref(image, "--image")
     if name is not None:

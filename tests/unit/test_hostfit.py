@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from provisioner.cli import app, main
+from provisioner.host import buildfacts, fakehost
 from provisioner.matrix import loader
 from provisioner.resolve import driverfit
-from provisioner.host import buildfacts, fakehost
 from tests.helpers import hosts
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "hostfit"
