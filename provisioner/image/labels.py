@@ -7,6 +7,8 @@ is reached through provisioner.engine, and a missing engine is one clear error.
 
 from __future__ import annotations
 
+import json
+
 from provisioner import validate
 from provisioner.errors import ProvisionError
 
