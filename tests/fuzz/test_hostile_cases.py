@@ -180,3 +180,24 @@ def test_as_a_user_runs_it(argv, tmp_path):
     head = subprocess.run(f"{sys.executable} -c 'import sys; from provisioner.cli import main; sys.exit(main())' "
                           f"matrix --json | head -c 10", shell=True, capture_output=True, text=True, timeout=60, env=env)
     assert head.stderr == "" and len(head.stdout) == 10
+
+
+def test_trainer_config_refuses_nan_inf_bombs_and_fifos(tmp_path):
+    from provisioner.train.config import ConfigError, load_config
+
+    for value in (".nan", ".inf", "-.inf", "1e999", "'nan'"):
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text(f"learning_rate: {value}\n")
+        with pytest.raises(ConfigError, match="finite"):
+            load_config(cfg)
+    with pytest.raises(ConfigError, match="finite"):
+        load_config(None, ["warmup_ratio=.nan"])
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match="FIFO"):
+        load_config(fifo)
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("\n".join(["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+                              + [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]) + "\n")
+    with pytest.raises(ConfigError, match="expands"):
+        load_config(bomb)
