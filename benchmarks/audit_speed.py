@@ -2,7 +2,8 @@
 
 The fixture host (tests/fixtures/hosts/a3-16) is materialized into a temp dir
 first, device nodes made with mknod (as root; otherwise the tree only). Each
-run is a fresh process and runs the fixture's npu-smi, as a user's audit does.
+run is a fresh process and reads the fixture's saved npu-smi output (--npu-smi-output, as for any tree
+that is not this host: the audit never runs a tree's own programs).
 Prints the first (cold matrix cache) run, the median of the warm runs, and
 `python3 -c pass` as the baseline.
 
@@ -63,7 +64,10 @@ def main() -> int:
         tmp = Path(tmp_s)
         root, dev, nodes = materialize(tmp)
         env = dict(os.environ, PROVISION_CACHE=str(tmp / "cache"))  # cold first run
-        cmd = provision_cmd() + ["audit", "--root", str(root), "--dev-root", str(dev), "--json"]
+        from provisioner.host import fakehost
+
+        smi = [a for f in fakehost.saved_npu_smi(root) for a in ("--npu-smi-output", str(f))]
+        cmd = provision_cmd() + ["audit", "--root", str(root), "--dev-root", str(dev), *smi, "--json"]
         cold, code = timed(cmd, env)
         warm = [timed(cmd, env)[0] for _ in range(args.runs)]
         base = [timed([sys.executable, "-c", "pass"], env)[0] for _ in range(args.runs)]

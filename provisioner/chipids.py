@@ -8,8 +8,9 @@ import re
 
 from provisioner.errors import ProvisionError
 
-_PART = re.compile(r"^(\d+)(?:-(\d+))?$")
-_NAMED = re.compile(r"^[A-Za-z][A-Za-z0-9]*-(\d+)$")
+# ASCII digits only (int() would read Unicode digits), at most 9 of them (bounded work, no huge ranges).
+_PART = re.compile(r"^([0-9]{1,9})(?:-([0-9]{1,9}))?$", re.ASCII)
+_NAMED = re.compile(r"^[A-Za-z][A-Za-z0-9]*-([0-9]{1,9})$", re.ASCII)
 # More than any Ascend host has (A3: 16 per node); stops a typo like 0-99999 from planning forever.
 MAX_ID = 1023
 
@@ -61,7 +62,7 @@ def read(value: str, names: bool = True) -> tuple[list[int], list[str]]:
         if not piece or piece.lower() == "void":
             continue
         m = _PART.match(piece)
-        if m and int(m[2] if m[2] is not None else m[1]) >= int(m[1]):
+        if m and int(m[1]) <= int(m[2] if m[2] is not None else m[1]) <= MAX_ID:
             ids.update(range(int(m[1]), int(m[2] if m[2] is not None else m[1]) + 1))
         elif names and (n := _NAMED.match(piece)):
             ids.add(int(n[1]))
@@ -74,7 +75,7 @@ def plain(value: str) -> list[int] | None:
     """Comma-separated ids with nothing else (ASCEND_RT_VISIBLE_DEVICES, which CANN stops reading at the
     first character it does not expect), in the order given; None for anything else."""
     pieces = (value or "").split(",")
-    if not value or not all(p.isdigit() for p in pieces):
+    if not value or not all(p.isascii() and p.isdigit() and len(p) <= 9 for p in pieces):
         return None
     return [int(p) for p in pieces]
 

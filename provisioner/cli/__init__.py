@@ -13,6 +13,38 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(args)
+    except BrokenPipeError:
+        # The reader went away (`provision ... | head`): no traceback, and no second error when Python
+        # flushes stdout at exit.
+        _quiet_stdout()
+        return 141
+
+
+def _quiet_stdout() -> None:
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _main(args: list[str]) -> int:
+    for n, arg in enumerate(args, 1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            # An argument that was not UTF-8 on the command line (Python keeps its bytes as surrogates).
+            shown = arg.encode("utf-8", "surrogateescape").decode("ascii", "backslashreplace")
+            sys.stderr.write(f"provision: error: argument {n} is not UTF-8 text: {shown[:80]!r}\n")
+            return 2
+        if "\x00" in arg:  # no command line can carry one; a caller of main() could
+            sys.stderr.write(f"provision: error: argument {n} holds a NUL character\n")
+            return 2
     if args in (["--version"], ["-V"]):
         from provisioner.cli.text import version_line
 

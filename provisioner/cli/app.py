@@ -10,6 +10,7 @@ import click
 
 from provisioner.errors import ProvisionError
 from provisioner.text import one_line
+from provisioner.validate import comment
 
 
 def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
@@ -43,7 +44,7 @@ def run(argv: list[str] | None = None) -> int:
     try:
         rv = cli.main(args=argv, prog_name="provision", standalone_mode=False)
     except ProvisionError as exc:
-        click.echo(f"provision: error: {exc}", err=True)
+        click.echo(f"provision: error: {comment(one_line(str(exc)))}", err=True)
         return exc.exit_code
     except click.exceptions.Exit as exc:
         return exc.exit_code
@@ -51,12 +52,17 @@ def run(argv: list[str] | None = None) -> int:
         click.echo("provision: aborted", err=True)
         return 130
     except click.ClickException as exc:
-        click.echo(f"provision: error: {one_line(exc.format_message())}", err=True)
+        click.echo(f"provision: error: {comment(one_line(exc.format_message()))}", err=True)
+        return 2
+    except OSError as exc:
+        # A path the user named that the system refuses (too long, a loop, no permission, ...): bad input.
+        if isinstance(exc, BrokenPipeError):
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        click.echo(f"provision: error: {comment(one_line(where + (exc.strerror or str(exc))))}", err=True)
         return 2
     except KeyboardInterrupt:
         click.echo("provision: interrupted", err=True)
         return 130
-    except BrokenPipeError:
-        return 0
     return rv if isinstance(rv, int) else 0
 

@@ -12,6 +12,15 @@ def register(group: click.Group) -> None:
     group.add_command(doctor_cmd)
 
 
+def _finite(ctx, param, value):
+    """NaN passes click's range check (every comparison with it is false): refuse it here."""
+    import math
+
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a number of seconds", param=param)
+    return value
+
+
 def _root_options(f):
     f = click.option("--dev-root", type=click.Path(), help="Where the device nodes are (default: /dev for --root /,"
                      " else ROOT/dev).")(f)
@@ -39,7 +48,8 @@ def _check_root(root: str, dev_root: str | None) -> None:
 @click.option("--image", "image", metavar="TAG", help="Check whether this host can run an image built by provision build.")
 @click.option("--npu-smi-output", "npu_smi_output", multiple=True, type=click.Path(), metavar="FILE",
               help="Saved `npu-smi info` (and/or `npu-smi info -m`) output to read instead of running npu-smi.")
-@click.option("--npu-smi-timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
+@click.option("--npu-smi-timeout", type=click.FloatRange(min=0.1, max=3600), default=10.0, show_default=True,
+              callback=_finite,
               help="Seconds to wait for the host's npu-smi (with --root: ROOT/usr/local/bin/npu-smi).")
 @click.option("--env-file", "env_files", multiple=True, type=click.Path(), metavar="FILE",
               help="A launch script or env file whose KEY=VALUE / export lines a job runs with (HCCL_* checked).")
@@ -126,7 +136,8 @@ def _launch_env(m, env_files, job_file, env_items) -> tuple[dict | None, str]:
 @_root_options
 @click.option("--stack-file", type=click.Path(), metavar="FILE",
               help="The image's stack JSON (default: $PROVISION_STACK, then /etc/provision/stack.json).")
-@click.option("--timeout", type=click.FloatRange(min=1), default=180.0, show_default=True,
+@click.option("--timeout", type=click.FloatRange(min=1, max=86400), default=180.0, show_default=True,
+              callback=_finite,
               help="Seconds allowed for importing torch and torch_npu.")
 @matrix_option
 @json_option

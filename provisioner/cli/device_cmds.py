@@ -35,13 +35,7 @@ def launch_options(node_rank: bool = True):
 def _host_options(f, devices_default: str | None = None):
     opts = [
         click.option("--card", required=True, help="Card or server: 300T-A2, 800T-A2, 800T-A3, 300I-Pro, 350, ..."),
-        click.option(
-            "--devices",
-            required=devices_default is None,
-            default=devices_default,
-            help="Physical chip ids as in `ls /dev/davinci*`: 0-3,6 or all."
-            + (f" [default: {devices_default}]" if devices_default else ""),
-        ),
+        _devices_option(devices_default),
         click.option("--root", default="/", show_default=True, help="Host root the driver files are read from."),
         click.option("--dev-root", "dev_root", default="/dev", show_default=True, help="Where the host's device nodes are."),
         click.option(
@@ -54,6 +48,14 @@ def _host_options(f, devices_default: str | None = None):
     for o in reversed(opts):
         f = o(f)
     return matrix_option(f)
+
+
+def _devices_option(devices_default: str | None):
+    help_text = "Physical chip ids as in `ls /dev/davinci*`: 0-3,6 or all."
+    if devices_default is None:
+        # No default=None with required: click 8.3+ takes an explicit None default as satisfying `required`.
+        return click.option("--devices", required=True, help=help_text)
+    return click.option("--devices", default=devices_default, help=f"{help_text} [default: {devices_default}]")
 
 
 def _launch_options(f, node_rank: bool = True):
@@ -136,22 +138,16 @@ def _write(path: str, text: str) -> None:
 
 
 def _load_stack(path: str) -> dict:
-    import json
-
+    from provisioner import validate
     from provisioner.errors import ProvisionError
+    from provisioner.hostfile import read_bytes
 
-    try:
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
-    except OSError as exc:
-        raise ProvisionError(f"--stack {path}: {exc.strerror}") from None
-    except ValueError as exc:
-        raise ProvisionError(f"--stack {path}: not JSON ({exc})") from None
+    doc = validate.json_doc(read_bytes(path, f"--stack {path}"), f"--stack {path}")
     if isinstance(doc, dict) and isinstance(doc.get("stack"), dict):
         doc = doc["stack"]  # `provision resolve --json` output
     if not isinstance(doc, dict) or "cann" not in doc:
         raise ProvisionError(f"--stack {path}: not a provision stack (expected `provision resolve --json` output or the image label)")
-    return doc
+    return validate.stack_doc(doc, f"--stack {path}")
 
 
 def _label_stack(facts, image: str) -> tuple[dict | None, str | None]:

@@ -67,6 +67,7 @@ def launch_cmd(overlays, as_json, image, check, check_only, module, script, exec
     import os
     import sys
 
+    from provisioner import validate
     from provisioner.cli.device_cmds import multi_node, plan_options
     from provisioner.devices import plan as devices
     from provisioner.errors import ProvisionError
@@ -74,6 +75,15 @@ def launch_cmd(overlays, as_json, image, check, check_only, module, script, exec
     from provisioner.launch import torchrun
     from provisioner.matrix import loader
 
+    validate.image_ref(image, "--image")
+    if name is not None:
+        validate.name(name, "--name")
+    if network is not None:
+        validate.name(network, "--network")
+    if workdir is not None:
+        validate.single_line(workdir, "--workdir")
+    for item in (*volumes, *labels):
+        validate.single_line(item, "-v/--label")
     if job_file:
         if module or script or exec_ or check_only or args or workdir:
             raise ProvisionError("--job runs the job's own steps: give no ARGS, --module, --script, --exec,"

@@ -28,21 +28,14 @@ def _facts(online: bool, image_tags: str | None = None):
 
 
 def _read_tags(path: str) -> set[str]:
-    import json
-
+    from provisioner import validate
     from provisioner.errors import ProvisionError
+    from provisioner.hostfile import read_text
 
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise ProvisionError(f"{path}: cannot read the tag list ({exc.strerror or exc})") from None
+    text = read_text(path, f"--image-tags {path}")
     stripped = text.strip()
     if stripped.startswith("{") or stripped.startswith("["):
-        try:
-            data = json.loads(stripped)
-        except ValueError as exc:
-            raise ProvisionError(f"{path}: not valid JSON ({exc})") from None
+        data = validate.json_doc(stripped, f"--image-tags {path}")
         tags = data.get("Tags", data.get("tags")) if isinstance(data, dict) else data
         if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
             raise ProvisionError(f"{path}: expected a list of tags, or skopeo list-tags JSON with \"Tags\"")

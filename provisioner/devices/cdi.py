@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 
+from provisioner import validate
 from provisioner.devices.plan import DevicePlan
 
 
@@ -58,7 +59,7 @@ def header(plan: DevicePlan) -> list[str]:
     for g in plan.group_add:
         lines.append(f"# non-root users: add --group-add {g} ({plan.group_why})")
     lines.extend(f"# note: {n}" for n in plan.notes)
-    return lines
+    return [validate.comment(line) for line in lines]
 
 
 def render(plan: DevicePlan, fmt: str = "yaml") -> str:

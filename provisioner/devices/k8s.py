@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from provisioner import validate
 from provisioner.devices.plan import DevicePlan
 from provisioner.errors import ProvisionError
 
@@ -102,8 +103,12 @@ def manifests(
     config: str | None = None,
     namespace: str | None = None,
 ) -> list[dict]:
-    if not _NAME.match(name) or len(name) > 52:
+    # A DNS label (the Job, its Service and the pods' subdomain), short enough for the pod names derived from it.
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or len(name) > 52:
         raise ProvisionError(f"--name {name!r}: use lower-case letters, digits and '-', at most 52 characters")
+    if namespace is not None:
+        validate.dns_label(namespace, "--namespace")
+    validate.image_ref(image, "image")
     s = plan.settings
     command = list(command) if command else [s["train_command"], "--config", config or s["train_config"]]
     labels = {"app.kubernetes.io/name": "provision", "app.kubernetes.io/instance": name}
@@ -154,7 +159,7 @@ def header(plan: DevicePlan, volcano: bool) -> list[str]:
         "# the device plugin picks the chips; hostPath mounts follow the host this plan was read from",
     ]
     lines.extend(f"# note: {n}" for n in plan.notes)
-    return lines
+    return [validate.comment(line) for line in lines]
 
 
 def render(docs: list[dict], plan: DevicePlan, volcano: bool = False) -> str:

@@ -16,7 +16,7 @@ import os
 import re
 from dataclasses import asdict, dataclass, field, replace
 
-from provisioner import chipids
+from provisioner import chipids, validate
 from provisioner.errors import ProvisionError
 from provisioner.host import hostfs
 
@@ -273,8 +273,22 @@ def _check_input(opts: Options) -> None:
     if opts.driver_mount not in (None, "lib64", "whole"):
         raise ProvisionError(f"--driver-mount {opts.driver_mount!r}: expected lib64 or whole")
     if opts.shm_size:
+        validate.single_line(opts.shm_size, "--shm-size", 32)
         shm_bytes(opts.shm_size)
+    validate.single_line(opts.card, "--card", 128)
+    validate.single_line(opts.devices, "--devices", 512)
     m = opts.multi
+    if m.master_addr is not None:
+        validate.host(m.master_addr, "--master-addr")
+    if opts.hccl_if_ip is not None:
+        validate.ip_address(opts.hccl_if_ip, "--hccl-if-ip")
+    if opts.socket_ifname is not None:
+        validate.ifname_spec(opts.socket_ifname, "--socket-ifname")
+    for flag, value in (("--hccl-connect-timeout", opts.hccl_connect_timeout), ("--hccl-exec-timeout", opts.hccl_exec_timeout)):
+        if value is not None:
+            validate.single_line(value, flag, 16)
+    if opts.user is not None:
+        validate.docker_user(opts.user, "--user")
     if m.nnodes < 1 or not 0 <= m.node_rank < m.nnodes:
         raise ProvisionError(f"--node-rank {m.node_rank} must be in 0..{m.nnodes - 1} (--nnodes {m.nnodes})")
 

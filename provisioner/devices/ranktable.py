@@ -9,9 +9,9 @@ does not hold; the matrix says so and the generator refuses them.
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 
+from provisioner import validate
 from provisioner.errors import ProvisionError
 from provisioner.host import hostfs
 
@@ -30,7 +30,7 @@ def device_ips(root: str, hccn_conf: str) -> dict[int, str]:
         raise ProvisionError(f"{hostfs.under(root, hccn_conf)}: not found (the NPU NICs are configured there with hccn_tool)")
     out = {}
     for key, value in kv.items():
-        if key.startswith("address_") and key[8:].isdigit():
+        if key.startswith("address_") and key[8:].isascii() and key[8:].isdigit():
             out[int(key[8:])] = value
     return out
 
@@ -39,11 +39,11 @@ def _server_id(host: Host, n: int) -> str:
     if host.host_ip:
         return host.host_ip
     # Without --host-ip the host's name stands in; server_id only has to be unique.
+    text = (hostfs.read_text(hostfs.under(host.root, "/etc/hostname"), 4096) or "").strip()
     try:
-        text = hostfs.under(host.root, "/etc/hostname").read_text(encoding="utf-8").strip()
-    except OSError:
-        text = ""
-    return text or f"server-{n}"
+        return validate.host(text, "/etc/hostname") if text else f"server-{n}"
+    except validate.Invalid:
+        return f"server-{n}"
 
 
 def hccn_conf_path(matrix) -> str:
@@ -102,7 +102,4 @@ def build(hosts: list[Host], ids: list[int], version: str, hccn_conf: str) -> di
 
 
 def _check_ip(value: str, what: str) -> None:
-    try:
-        ipaddress.ip_address(value)
-    except ValueError:
-        raise ProvisionError(f"{what}: {value!r} is not an IP address") from None
+    validate.ip_address(value, what)

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import shlex
 
+from provisioner import validate
 from provisioner.devices.plan import DevicePlan
+from provisioner.errors import ProvisionError
 
 
 def _device_flag(plan: DevicePlan, node) -> str:
@@ -16,6 +18,9 @@ def _device_flag(plan: DevicePlan, node) -> str:
 
 def _chunks(plan: DevicePlan, image: str, command: list[str], name: str | None, interactive: bool) -> list[list[str]]:
     """docker run arguments grouped one option per chunk (a chunk is one line of the shell form)."""
+    validate.image_ref(image, "image")
+    if name is not None:
+        validate.name(name, "--name")
     head = ["docker", "run", "--rm"] + (["-it"] if interactive else [])
     chunks: list[list[str]] = [head]
     if name:
@@ -87,7 +92,8 @@ def comments(plan: DevicePlan) -> list[str]:
         s = plan.stack
         lines.append(f"# image stack {s['id']}: CANN {s['cann']}, driver fit {s['driver_fit'] or 'not checked'}")
     lines.extend(f"# note: {n}" for n in plan.notes)
-    return lines
+    # Every value above came from the host, the matrix, options or an image label: none may end its line.
+    return [validate.comment(line) for line in lines]
 
 
 def shell(plan: DevicePlan, image: str, command: list[str] | None = None, name: str | None = None) -> str:
@@ -96,6 +102,10 @@ def shell(plan: DevicePlan, image: str, command: list[str] | None = None, name: 
     chunks = _chunks(plan, image, command, name, not command)
     body = [" ".join(shlex.quote(t) for t in chunk) for chunk in chunks]
     text = body[0] + "".join(" \\\n  " + line for line in body[1:])
+    # The printed command must read back (backslash-newline joins lines, as in sh) as exactly the argv --json
+    # gives: nothing injected, nothing lost.
+    if shlex.split(text.replace("\\\n", "")) != [tok for chunk in chunks for tok in chunk]:
+        raise ProvisionError("the docker run line does not read back as its own arguments; refusing to print it")
     return "\n".join(comments(plan)) + "\n" + text + "\n"
 
 

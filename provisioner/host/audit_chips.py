@@ -25,6 +25,13 @@ def check_npu_smi(ctx: AuditContext):
                   " and their health were not read",
                   "npu-smi comes with the Ascend driver package; or pass saved output with --npu-smi-output FILE")
         return
+    if source == "not-run":
+        if ctx.has_npu_hints:
+            yield info("npu-smi-not-run", "npu-smi was not run: --root is another system's tree, and provision never"
+                       " runs programs from it; chips and their health were not read",
+                       "run `npu-smi info` (and `npu-smi info -m`) on that host and pass the saved output with"
+                       " --npu-smi-output FILE")
+        return
     for note in smi.get("notes") or []:
         if note.startswith("cannot read"):
             yield warning("npu-smi-output-unreadable", note, "check the --npu-smi-output path")

@@ -58,7 +58,7 @@ def check_probe(ctx: AuditContext):
 def check_stack_presence(ctx: AuditContext):
     drv, canns = ctx.driver, ctx.canns
     if not drv and not canns and not ctx.chips and not ctx.devices.get("davinci_ids") and \
-            ctx.npu_smi.get("source") in ("absent", None):
+            ctx.npu_smi.get("source") in ("absent", "not-run", None):
         yield info("no-npu-stack", "no Ascend driver, CANN, npu-smi or /dev/davinci nodes found on this host",
                    "on an NPU host install the Ascend HDK (driver + firmware) first")
         return

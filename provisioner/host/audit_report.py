@@ -51,7 +51,7 @@ def host_summary(host: dict) -> list[str]:
     smi = host.get("npu_smi") or {}
     src = smi.get("source")
     smi_text = {"run": f"ran {smi.get('path')}", "file": "read from --npu-smi-output", "absent": "not found",
-                "skipped": "not run"}.get(str(src), "not read")
+                "skipped": "not run", "not-run": "not run (another system's tree; give --npu-smi-output)"}.get(str(src), "not read")
     if smi.get("version"):
         smi_text = f"{smi['version']}, {smi_text}"
     rows.append(("npu-smi", smi_text))

@@ -87,14 +87,27 @@ def _read(facts: dict, outputs: list, chip_rows: list, timeout: float) -> None:
             arch_file = os.path.join(root, layout.KERNEL_ARCH)
             facts["arch_source"] = f"/{layout.KERNEL_ARCH}" if os.path.isfile(arch_file) else "this machine"
         facts["os"] = system.get("os")
-    facts["npu_smi"] = section("npu_smi", probe.npu_smi_facts, base, outputs, True, timeout, chip_rows)
+    # npu-smi runs only on the live root: another root is another system's disk, and nothing on it is executed
+    # (its saved output comes with --npu-smi-output).
+    may_run = runs_programs(facts)
+    facts["npu_smi"] = section("npu_smi", probe.npu_smi_facts, base, outputs, may_run, timeout, chip_rows)
+    if facts["npu_smi"] and not may_run and not outputs:
+        facts["npu_smi"]["source"] = "not-run"
+        facts["errors"].append("npu-smi: not run (--root is another system's tree; pass its output with --npu-smi-output)")
+
+
+def runs_programs(facts: dict) -> bool:
+    """Whether npu-smi may run for this root: only the live root's (tests of the per-boot cache stand a fake
+    tree in for it)."""
+    return bool(facts["live"])
 
 
 def _bytes(path: str) -> bytes | None:
+    from provisioner.hostfile import HostFileError, read_bytes
+
     try:
-        with open(path, "rb") as fh:
-            return fh.read(1 << 16)
-    except OSError:
+        return read_bytes(path, limit=1 << 16, timeout=5.0)  # a regular file only: a FIFO must not block
+    except HostFileError:
         return None
 
 

@@ -17,6 +17,7 @@ import re
 import sys
 from pathlib import Path
 
+from provisioner import validate
 from provisioner.host import doctor_mindspore, hostfs
 from provisioner.host import probe as host
 
@@ -102,17 +103,22 @@ def torch_probe(python: str, env: Mapping[str, str], cann_present: bool, timeout
 
 def load_stack(root: Path, env: Mapping[str, str], stack_file: str | None) -> dict:
     """The image's Stack: $PROVISION_STACK (JSON), else the stack file the build writes."""
+    # The stack may come from whoever built the image: parsed bounded, its fields checked (validate.stack_doc).
     if env.get(STACK_ENV):
         try:
-            return {"source": f"${STACK_ENV}", "stack": json.loads(env[STACK_ENV]), "error": None}
-        except ValueError as exc:
-            return {"source": f"${STACK_ENV}", "stack": None, "error": f"not valid JSON ({exc})"}
+            stack = validate.stack_doc(validate.json_doc(env[STACK_ENV], f"${STACK_ENV}"), f"${STACK_ENV}")
+            return {"source": f"${STACK_ENV}", "stack": stack, "error": None}
+        except validate.Invalid as exc:
+            return {"source": f"${STACK_ENV}", "stack": None, "error": str(exc)}
     path = stack_file or env.get(STACK_FILE_ENV) or STACK_FILE
     data, err = hostfs.read_json(hostfs.under(root, path) if path.startswith("/") else path)
     if data is None and err is None:
         return {"source": None, "stack": None, "error": None}
-    if err is None and not isinstance(data, dict):
-        err = "not a JSON object"
+    if err is None:
+        try:
+            validate.stack_doc(data, path)
+        except validate.Invalid as exc:
+            err = str(exc)
     return {"source": path, "stack": data if err is None else None, "error": err}
 
 

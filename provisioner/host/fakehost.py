@@ -149,6 +149,13 @@ def materialize(src: Path, dest: Path, nodes: str | None = None, null_numbers: b
     return FakeHost(src.name, root, dev_root, how)
 
 
+def saved_npu_smi(root: Path) -> list[Path]:
+    """The saved npu-smi output files of a fake tree (what `provision audit --npu-smi-output` reads: the audit
+    never runs the tree's own npu-smi)."""
+    share = Path(root) / "usr" / "local" / "share" / "npu-smi-fixture"
+    return [share / name for name in ("info.txt", "info-m.txt") if (share / name).is_file()]
+
+
 def install_npu_smi(root: Path, info: str | None = None, mapping: str | None = None) -> Path:
     """Put an npu-smi stand-in at root/usr/local/bin/npu-smi printing `info` / `mapping` (saved real output).
 

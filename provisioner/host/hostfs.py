@@ -20,6 +20,7 @@ import pwd
 import stat
 from pathlib import Path
 
+from provisioner import hostfile, validate
 from provisioner.host.layout import DRIVER_DIRS, NPU_SMI_DIRS  # noqa: F401 (re-exported)
 
 
@@ -34,9 +35,8 @@ def read_kv(path: str | Path) -> dict[str, str] | None:
     Blank lines and ``#`` comments are skipped; a line without ``=`` is ignored;
     surrounding quotes on values are dropped.
     """
-    try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError:
+    text = hostfile.try_read_text(path, limit=1 << 20)
+    if text is None:
         return None
     out: dict[str, str] = {}
     for line in text.splitlines():
@@ -73,10 +73,10 @@ def find_npu_smi(root: str | Path) -> Path | None:
 
 def _db(path: Path, name: str) -> dict[str, int] | None:
     """Look ``name`` up in a passwd/group style file: {'id': ..., 'gid': ...}."""
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
+    text = hostfile.try_read_text(path, limit=16 << 20)
+    if text is None:
         return None
+    lines = text.splitlines()
     for line in lines:
         parts = line.split(":")
         if len(parts) >= 3 and parts[0] == name:
@@ -198,25 +198,20 @@ def scan_devices(dev_root: str | Path, names: tuple[str, ...] | None = None) -> 
 
 
 def read_text(path: str | Path, limit: int = 1 << 20) -> str | None:
-    """The file's text (at most ``limit`` bytes, undecodable bytes replaced); None if unreadable."""
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(limit).decode("utf-8", errors="replace")
-    except OSError:
-        return None
+    """The file's text (undecodable bytes replaced); None if unreadable, not a regular file (a FIFO, a link
+    to a device) or larger than ``limit`` bytes (provisioner.hostfile: never blocks, never reads unbounded)."""
+    return hostfile.try_read_text(path, limit=limit)
 
 
 def read_json(path: str | Path) -> tuple[object | None, str | None]:
     """(parsed JSON, None), (None, None) when the file is absent, or (None, why) when unreadable."""
-    import json
-
     text = read_text(path)
     if text is None:
         return None, None
     try:
-        return json.loads(text), None
-    except ValueError as exc:
-        return None, f"{Path(path).name}: not valid JSON ({exc})"
+        return validate.json_doc(text, Path(path).name), None
+    except validate.Invalid as exc:
+        return None, str(exc)
 
 
 def os_release(root: str | Path) -> dict[str, str] | None:

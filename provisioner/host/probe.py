@@ -58,11 +58,16 @@ def probe(
     engine: str = "auto",
     runtime_mounts: list[str] | tuple = (),
     chip_rows: list[dict] | tuple = (),
+    run_tree_programs: bool = False,
 ) -> HostReport:
     """Read ``root`` into a HostReport dict (see docs/json.md, provision.host/1).
 
     engine: "auto" asks the Docker engine only when root is ``/``; "probe"
     always; "skip" never. chip_rows (matrix `chips`) classify npu-smi names.
+
+    npu-smi runs only from the live root ``/``: another root is another system's disk, and nothing on it
+    is ever executed (its npu-smi output is read from `npu_smi_outputs`, or the section says it was not
+    run). `run_tree_programs` lifts that for tests whose fake trees carry a stand-in npu-smi.
     """
     root = Path(root)
     is_live = root.resolve() == Path("/")
@@ -82,8 +87,14 @@ def probe(
     report["firmware"] = section("firmware", firmware_facts, root)
     report["install_info"] = section("install_info", lambda r: hostfs.read_kv(hostfs.under(r, INSTALL_INFO)), root)
     report["cann"] = section("cann", find_cann, root)
-    report["npu_smi"] = section("npu_smi", npu_smi_facts, root, list(npu_smi_outputs), run_npu_smi, npu_smi_timeout,
+    may_run = run_npu_smi and (is_live or run_tree_programs)
+    report["npu_smi"] = section("npu_smi", npu_smi_facts, root, list(npu_smi_outputs), may_run, npu_smi_timeout,
                                 list(chip_rows))
+    if run_npu_smi and not may_run and not npu_smi_outputs and report["npu_smi"]:
+        # Found (never run) or absent, as on the live host.
+        found = hostfs.find_npu_smi(root)
+        report["npu_smi"]["source"] = "not-run" if found else "absent"
+        report["npu_smi"]["path"] = _host_path(root, found) if found else None
     report["devices"] = section("devices", device_facts, dev)
     report["account"] = section("account", account_facts, root, report.get("install_info"))
     report["docker"] = section("docker", docker_facts, root, engine == "probe" or (engine == "auto" and is_live))

@@ -80,9 +80,14 @@ def check_options(opts: BuildOptions) -> None:
         raise ProvisionError("--offline installs only from --wheelhouse DIR; give one")
     if opts.offline and (opts.pip_index_url or opts.extra_index_urls):
         raise ProvisionError("--offline does not go with --pip-index-url or --extra-index-url")
-    for url in (opts.pip_index_url, *opts.extra_index_urls):
-        if url is not None and not url.startswith(("http://", "https://", "file://")):
-            raise ProvisionError(f"index URL {url!r} must start with https://, http:// or file://")
+    if opts.pip_index_url is not None:
+        index_url(opts.pip_index_url, "--pip-index-url")
+    for url in opts.extra_index_urls:
+        index_url(url, "--extra-index-url")
+    from provisioner import validate
+
+    for tag in opts.tags:
+        validate.image_ref(tag, "--tag")
     if opts.trusted_ca is not None:
         _read_ca(opts.trusted_ca)
     if opts.network is not None and opts.network not in ("host", "bridge", "none", "default"):
@@ -93,11 +98,22 @@ def _wheelhouse_files(path: Path) -> list[Path]:
     return sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith((".whl", ".tar.gz", ".zip")))
 
 
+def index_url(url: str, what: str) -> str:
+    """A package index URL as pip.conf may carry it: http(s) with a host, or file:///PATH; one line, no spaces."""
+    from provisioner import validate
+
+    if isinstance(url, str) and url.startswith("file://"):
+        validate.single_line(url, what)
+        if any(c.isspace() for c in url) or not url.startswith("file:///"):
+            raise validate.Invalid(f"{what}: expected file:///ABSOLUTE/PATH without spaces, got {url!r}")
+        return url
+    return validate.url(url, what)
+
+
 def _read_ca(path: str) -> bytes:
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise ProvisionError(f"--trusted-ca {path}: cannot read: {exc.strerror or exc}") from None
+    from provisioner.hostfile import read_bytes
+
+    data = read_bytes(path, f"--trusted-ca {path}", limit=8 << 20)
     if _PEM not in data:
         raise ProvisionError(f"--trusted-ca {path}: no PEM certificate in it (expected '-----BEGIN CERTIFICATE-----')")
     return data
@@ -115,6 +131,11 @@ def add_inputs(ctx, opts: BuildOptions) -> None:
         bundle = Path(certifi.where()).read_bytes().rstrip(b"\n") + b"\n" + _read_ca(opts.trusted_ca)
         ctx.add("build/ca/bundle.pem", bundle)
         cert = f"{BUILD_DIR}/ca/bundle.pem"
+    # The renderer of pip.conf takes only URLs that pass the grammar, whoever calls it.
+    if opts.pip_index_url is not None:
+        index_url(opts.pip_index_url, "--pip-index-url")
+    for url in opts.extra_index_urls:
+        index_url(url, "--extra-index-url")
     pip_conf = templates.render_template("build/pip.conf.j2", index_url=opts.pip_index_url,
                                          extra_index_urls=list(opts.extra_index_urls), cert=cert,
                                          offline=opts.offline)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+from provisioner import validate
 from provisioner.errors import ProvisionError
 
 TYPE_CHECKING = False
@@ -45,13 +46,8 @@ def stack_from_labels(labels: dict | None, ref: str = "the image") -> dict:
     text = (labels or {}).get(STACK_LABEL)
     if not text:
         raise ProvisionError(f"{ref} has no {STACK_LABEL} label: it was not built by `provision build`")
-    try:
-        stack = json.loads(text)
-    except ValueError as exc:
-        raise ProvisionError(f"{ref}: label {STACK_LABEL} is not valid JSON ({exc})") from None
-    if not isinstance(stack, dict):
-        raise ProvisionError(f"{ref}: label {STACK_LABEL} is not a JSON object")
-    return stack
+    # Labels come from whoever built the image: parsed bounded, every field code reads checked.
+    return validate.stack_doc(validate.json_doc(text, f"{ref}: label {STACK_LABEL}"), f"{ref}: label {STACK_LABEL}")
 
 
 def label_stack(labels: dict | None, ref: str) -> tuple[dict | None, str | None]:
@@ -59,13 +55,12 @@ def label_stack(labels: dict | None, ref: str) -> tuple[dict | None, str | None]
     raw = (labels or {}).get(STACK_LABEL)
     if not raw:
         return None, f"image {ref} has no {STACK_LABEL} label; driver check skipped"
+    if not isinstance(raw, str):
+        return None, f"image {ref}: {STACK_LABEL} label is not text; driver check skipped"
     try:
-        stack = json.loads(raw)
-    except ValueError:
-        stack = None
-    if not isinstance(stack, dict):
-        return None, f"image {ref}: {STACK_LABEL} label is not JSON; driver check skipped"
-    return stack, None
+        return stack_from_labels(labels, ref), None
+    except validate.Invalid as exc:
+        return None, f"{exc}; driver check skipped"
 
 
 def read_stack(ref: str, timeout: float = 5.0, engine: Engine | None = None) -> dict:

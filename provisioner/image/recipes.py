@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from provisioner import validate
 from provisioner.errors import ProvisionError
 from provisioner.paths import data_dir
 
@@ -65,6 +66,10 @@ def load(name: str) -> Recipe:
     from provisioner.matrix.yamlio import Node
     from provisioner.matrix.yamlio import load as load_yaml
 
+    try:
+        validate.name(name, "--recipe")
+    except validate.Invalid:
+        raise ProvisionError(f"unknown recipe {name!r} (a recipe is a name from images/: {', '.join(names())})") from None
     path = _recipe_dir() / f"{name}.yaml"
     if not path.is_file():
         raise ProvisionError(f"unknown recipe {name!r} (known: {', '.join(names())})")
@@ -90,6 +95,7 @@ def load(name: str) -> Recipe:
     for repo, spec in (doc.get("repos") or {}).items():
         if not isinstance(spec, dict) or not isinstance(spec.get("url"), str):
             raise ProvisionError(f"{doc.where('repos')}: repos.{repo} needs a url")
+        validate.url(spec["url"], f"{doc.where('repos')}: repos.{repo}.url")
         if spec.get("dir") is not None and not _SAFE_PATH.match(str(spec["dir"])):
             raise ProvisionError(f"{doc.where('repos')}: repos.{repo}.dir must be an absolute path of plain characters")
     repos = doc.get("repos") or {}

@@ -20,6 +20,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from provisioner import validate
 from provisioner.errors import ProvisionError
 from provisioner.image.labels import (
     CHECKOUTS_LABEL,
@@ -138,6 +139,9 @@ def render(matrix, stack: Mapping[str, Any], recipe, user: User | None = None, p
     """
     from provisioner.image import frameworks, packages, project
 
+    # The stack may come from a profile, an overlay or a file: its base image and tag are checked again here,
+    # where they become a FROM line and labels (and templates.py refuses any value that could end a line).
+    validate.image_ref((stack.get("base_image") or {}).get("ref"), "the stack's base image")
     root = project.source_root(project_root)
     proj = project.describe(root)
     row = packages.select(matrix, stack)
@@ -156,7 +160,7 @@ def render(matrix, stack: Mapping[str, Any], recipe, user: User | None = None, p
         layers = [packages.layers(matrix, stack, recipe, row)[0], *plan.layers]
         lock = packages.lock_text(layers, stack, {**row, "pins": {}}, extra_head=frameworks.lock_header(plan))
     lock_sha = hashlib.sha256(lock.encode()).hexdigest()
-    tag = image_tag(stack, recipe, user)
+    tag = validate.image_ref(image_tag(stack, recipe, user), "image tag")
     label_map = labels(stack, recipe, tag, proj, lock_sha, row["id"], fw)
 
     values = dict(
@@ -302,10 +306,14 @@ def write(ctx: Context, out: str | Path) -> Path:
     if out.is_dir() and any(out.iterdir()) and not _is_context(out):
         raise ProvisionError(f"{out}: not empty and not a build context rendered by provision; choose a new directory")
     parent = out.resolve().parent
+    # The directories this call creates (deepest last): a failure removes them again, so nothing is left
+    # behind, wherever a symlink on the way pointed.
+    created = [p for p in (parent, *parent.parents) if not p.exists()][::-1]
     try:
         parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
     except OSError as exc:
+        _remove_dirs(created)
         raise ProvisionError(f"{out}: cannot create: {exc.strerror or exc}") from None
     try:
         for rel in sorted(ctx.files):
@@ -327,11 +335,22 @@ def write(ctx: Context, out: str | Path) -> Path:
             shutil.rmtree(old, ignore_errors=True)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        _remove_dirs(created)
         raise ProvisionError(f"{out}: cannot write the build context: {exc.strerror or exc}") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        _remove_dirs(created)
         raise
     return out
+
+
+def _remove_dirs(created: list[Path]) -> None:
+    """Remove the (empty) directories a failed write created, deepest first."""
+    for path in reversed(created):
+        try:
+            path.rmdir()
+        except OSError:
+            break
 
 
 def _is_context(path: Path) -> bool:

@@ -17,6 +17,28 @@ def _dockerfile_quote(value: object) -> str:
     return f'"{text}"'
 
 
+def _one_line(value: object) -> object:
+    """Every ``{{ value }}`` a template writes: a value that could end its line (a newline, any control
+    character) is refused, so nothing from a stack, an overlay or an option can add a Dockerfile instruction,
+    a pip.conf setting or a script line. Multi-line text a template builds itself (its macros) is Markup."""
+    import markupsafe
+
+    if isinstance(value, markupsafe.Markup) or not isinstance(value, str):
+        return value
+    from provisioner import validate
+
+    if validate.has_control(value):
+        raise validate.Invalid(f"refusing to write {value[:60]!r}... into a rendered file: it holds a newline or"
+                               " control character")
+    return value
+
+
+def _own(value: object):
+    import markupsafe
+
+    return markupsafe.Markup(value)
+
+
 def _shell_quote(value: object) -> str:
     import shlex
 
@@ -37,6 +59,9 @@ def template_env():
         lstrip_blocks=True,
         autoescape=False,
     )
+    env.finalize = _one_line
+    # `own`: text the template built itself from its own macros (several lines on purpose); never a value.
+    env.filters["own"] = _own
     env.filters["dq"] = _dockerfile_quote
     env.filters["shq"] = _shell_quote
     return env

@@ -11,6 +11,8 @@ import json
 import os
 import zlib
 
+MAX_ENTRY = 64 << 20  # bytes; the loaded matrix is well under 1 MiB
+
 
 def cache_dir() -> str:
     return os.environ.get("PROVISION_CACHE") or os.path.join(
@@ -25,13 +27,23 @@ def fingerprint(*parts: str) -> str:
 
 
 def read(name: str):
+    """The entry's object, or None (a miss) when it is absent, unreadable, truncated or altered: the first
+    line is the fingerprint of the rest, so a corrupt entry is never used and the next write replaces it."""
     if os.environ.get("PROVISION_NO_CACHE"):
         return None
     try:
-        with open(os.path.join(cache_dir(), name), encoding="utf-8") as fh:
-            return json.load(fh)
-    except (OSError, ValueError):
+        with open(os.path.join(cache_dir(), name), "rb") as fh:
+            blob = fh.read(MAX_ENTRY + 1)
+        head, sep, body = blob.partition(b"\n")
+        if not sep or len(blob) > MAX_ENTRY or head.decode("ascii") != _digest(body):
+            return None
+        return json.loads(body)
+    except (OSError, ValueError, RecursionError):
         return None
+
+
+def _digest(body: bytes) -> str:
+    return f"{zlib.crc32(body):08x}{zlib.adler32(body):08x}{len(body):x}"
 
 
 def write(name: str, obj) -> None:
@@ -42,8 +54,14 @@ def write(name: str, obj) -> None:
     try:
         os.makedirs(root, exist_ok=True)
         tmp = os.path.join(root, f".{name}.{os.getpid()}.tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(obj, separators=(",", ":")))
+        body = json.dumps(obj, separators=(",", ":")).encode()
+        if len(body) > MAX_ENTRY:
+            return
+        with open(tmp, "wb") as fh:
+            fh.write(_digest(body).encode() + b"\n" + body)
         os.replace(tmp, path)
-    except OSError:
-        pass
+    except (OSError, ValueError, RecursionError):
+        try:
+            os.unlink(tmp)
+        except (OSError, UnboundLocalError):
+            pass

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 
+from provisioner import validate
 from provisioner.arch import ARCHES
 from provisioner.matrix.versions import PyRange, Spec, V, VersionError
 
@@ -27,7 +28,23 @@ def _str(value, name):
         raise ValueError(f"{name} must be text: YAML read it as the number {value!r}; put it in quotes")
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"{name} must be non-empty text")
+    if validate.has_control(value):
+        raise ValueError(f"{name} must be one line (no newline or control characters): {value[:60]!r}")
     return value
+
+
+def _image(value, name):
+    try:
+        return validate.image_ref(value, name)
+    except validate.Invalid as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _url(value, name):
+    try:
+        return validate.url(value, name)
+    except validate.Invalid as exc:
+        raise ValueError(str(exc)) from None
 
 
 def _text(value, name):
@@ -282,6 +299,7 @@ ARCH_PIN = _arch_map(_pin)
 
 STR, TEXT, VER, SPECS, PY, BOOL, INT = _str, _text, _ver, _specs, _pyrange, _bool, _int
 SOURCE, MAP, STR_MAP = _source, _mapping, _str_map
+IMAGE, URL = _image, _url
 COMMIT, COMMITS, STEPS, SDISTS = _commit, _commits, _env_steps, _sdists
 records = _records
 opt = _optional

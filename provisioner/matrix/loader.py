@@ -119,7 +119,9 @@ def load(overlays: list | None = None, use_cache: bool = True, lenient: bool = F
         return Matrix(data, names, "", problems=data.pop("_problems"))
     if use_cache:
         data = cache.read(f"matrix-{key}.json")
-        if isinstance(data, dict):
+        # The entry's digest is checked by cache.read; its shape here (anything else is a miss, rewritten).
+        if (isinstance(data, dict) and isinstance(data.get("policy"), dict)
+                and all(isinstance(v, list) for k, v in data.items() if k != "policy")):
             return Matrix(data, names, key)
     data = _build(layers)
     if use_cache:
@@ -166,6 +168,11 @@ def _build(layers, lenient: bool = False) -> dict:
                             f" (first at {seen[(section, key)]})"
                         )
                     seen[(section, key)] = row.where(spec.key)
+                    if layer_name != "shipped" and row.get("remove") is True and section in KEPT_SECTIONS:
+                        raise MatrixError(
+                            f"{row.where()}: an overlay cannot remove {section} rows: provision reads every one of"
+                            f" them by name (override the row's fields instead)"
+                        )
                     _merge(merged[section], key, row, layer_name != "shipped")
     data: dict[str, Any] = {}
     for section, rows in merged.items():
@@ -177,6 +184,12 @@ def _build(layers, lenient: bool = False) -> dict:
     if lenient:
         data["_problems"] = problems
     return data
+
+
+# Sections whose rows the code looks up by name (settings, device nodes and mounts, the base-image
+# registries, Apex, extras, the doctor's libraries, rank-table formats): overlays override them, never remove.
+KEPT_SECTIONS = frozenset({"device_settings", "device_mounts", "device_families", "registries", "apex", "extras",
+                           "audit_libraries", "rank_tables"})
 
 
 def _merge(table: dict, key, row, overlay: bool) -> None:

@@ -19,6 +19,7 @@ from provisioner.matrix.fields import (
     BOOL,
     COMMIT,
     COMMITS,
+    IMAGE,
     INT,
     MAP,
     PAIRINGS,
@@ -31,6 +32,7 @@ from provisioner.matrix.fields import (
     STR,
     STR_MAP,
     TEXT,
+    URL,
     VER,
     enum,
     list_of,
@@ -136,7 +138,7 @@ SECTIONS: dict[str, Section] = {
     ),
     "registries": Section(
         "id",
-        {"id": STR, "image": STR},
+        {"id": STR, "image": IMAGE},
         {"default": opt(BOOL), **NOTES},
         doc="where the official CANN base images are published",
     ),
@@ -178,12 +180,12 @@ SECTIONS: dict[str, Section] = {
     "torch_wheels": Section(
         "id",
         {"id": STR, "arch": enum(*ARCHES), "torch": SPECS, "pin": STR, "requirement": STR},
-        {"index_url": opt(STR), **NOTES},
+        {"index_url": opt(URL), **NOTES},
         doc="per CPU architecture and torch line: the torch pin in torch_npu's wheel metadata and how torch is installed",
     ),
     "apex": Section(
         "id",
-        {"id": STR, "repo": STR, "ref": STR, "setuptools_max": VER, "setuptools_pin": VER, "python": PY},
+        {"id": STR, "repo": URL, "ref": STR, "setuptools_max": VER, "setuptools_pin": VER, "python": PY},
         {
             "upstream_repo": opt(STR),
             "upstream_commit": opt(STR),
@@ -428,8 +430,8 @@ PROFILE_CONSTRAINTS = {
     "dtype": enum("bf16", "fp16", "fp32"),
     "with": list_of(STR),
     "pins": MAP,
-    "host_os": TEXT,
-    "base_image": STR,
+    "host_os": STR,
+    "base_image": IMAGE,
 }
 PIN_FIELDS = ("mindspeed", "megatron", "mindspeed_llm", "mindspeed_rl")
 

@@ -17,7 +17,9 @@ from __future__ import annotations
 import re
 from functools import lru_cache, total_ordering
 
-_TOKEN = re.compile(r"\d+|[a-z]+")
+_TOKEN = re.compile(r"[0-9]+|[a-z]+", re.ASCII)
+# Longer than any real version; bounds the work (and int() of a long digit run) for hostile input.
+MAX_LEN = 64
 # Rank of each stage within a chain; END closes every chain so that a final
 # release (END right after the numbers) sorts after rc/beta/alpha, and a
 # post/patch number sorts after END.
@@ -28,6 +30,14 @@ _PAD = 6
 
 class VersionError(ValueError):
     """A string that is not a version."""
+
+
+_BODY = re.compile(r"v?[0-9](?:[._-]?[0-9a-z])*", re.ASCII)
+
+
+def _short(text: object) -> str:
+    shown = repr(text)
+    return shown if len(shown) <= 80 else shown[:77] + "..."
 
 
 @total_ordering
@@ -42,10 +52,13 @@ class V:
         if not isinstance(text, str) or not text.strip():
             raise VersionError(f"not a version: {text!r}")
         self.text = text.strip()
+        if len(self.text) > MAX_LEN or not self.text.isascii():
+            # ASCII only: int() would read Unicode digits ("８", "١") as numbers.
+            raise VersionError(f"not a version: {_short(text)}")
         body, _, local = self.text.lower().partition("+")
-        # One alphanumeric per repetition: the same language as (sep? alnum+)* without its
-        # exponential backtracking on long invalid strings.
-        if not re.fullmatch(r"v?\d+(?:[._-]?[0-9a-z])*", body):
+        # One character per repetition and one way to match each: linear time, even on long invalid strings
+        # (the same language as v?digit(sep? alnum+)*).
+        if not _BODY.fullmatch(body):
             raise VersionError(f"not a version: {text!r}")
         tokens = _TOKEN.findall(body.lstrip("v"))
         release: list[int] = []
@@ -166,6 +179,8 @@ class Spec:
         if not isinstance(text, str) or not text.strip():
             raise VersionError(f"empty version spec: {text!r}")
         self.text = text.strip()
+        if len(self.text) > 16 * MAX_LEN:
+            raise VersionError(f"version spec too long: {_short(text)}")
         self._tests = [self._term(t.strip()) for t in self.text.split(",")]
 
     @staticmethod

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from provisioner import hostfile, safeyaml
 from provisioner.errors import MatrixError
+
+MAX_BYTES = 16 << 20
 
 
 class Node(dict):
@@ -48,11 +51,11 @@ def load(path: Path, label: str | None = None):
 
     Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise MatrixError(f"{shown}: cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise MatrixError(f"{shown}: not UTF-8 text") from None
+        # Bounded (regular files only, size cap): overlays come from other people.
+        text = hostfile.read_text(path, shown, limit=MAX_BYTES)
+    except hostfile.HostFileError as exc:
+        raise MatrixError(str(exc)) from None
+    safeyaml.check(text, shown, base)  # depth, aliases and expanded size, before anything is built
     try:
         return yaml.load(text, Loader=Loader)  # noqa: S506 - SafeLoader subclass
     except yaml.MarkedYAMLError as exc:
@@ -60,4 +63,6 @@ def load(path: Path, label: str | None = None):
         line = mark.line + 1 if mark else 0
         raise MatrixError(f"{shown}:{line}: invalid YAML: {exc.problem or exc.context}") from None
     except yaml.YAMLError as exc:
-        raise MatrixError(f"{shown}: invalid YAML: {exc}") from None
+        raise MatrixError(f"{shown}: invalid YAML: {str(exc).splitlines()[0] if str(exc) else 'unreadable'}") from None
+    except RecursionError:
+        raise MatrixError(f"{shown}: YAML nested too deeply") from None

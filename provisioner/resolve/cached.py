@@ -27,7 +27,7 @@ def cached_resolve(matrix: Matrix, req: Request) -> Stack:
     key = cache.fingerprint(matrix.fingerprint, json.dumps(req.as_dict(), sort_keys=True, default=list))
     name = f"resolve-{key}.json"
     hit: dict | None = cache.read(name) if matrix.fingerprint else None
-    if hit is None:
+    if not _usable(hit):  # absent, or not what this code writes: a miss, and rewritten below
         from provisioner.resolve import solve
 
         try:
@@ -36,9 +36,19 @@ def cached_resolve(matrix: Matrix, req: Request) -> Stack:
             hit = {"status": "refused", "message": str(exc), "reasons": exc.reasons, "alternatives": exc.alternatives}
         if matrix.fingerprint:
             cache.write(name, hit)
+    assert hit is not None
     if hit["status"] == "ok":
         return hit["stack"]
     raise ResolveError(hit["message"], reasons=hit["reasons"], alternatives=hit["alternatives"])
+
+
+def _usable(hit) -> bool:
+    if not isinstance(hit, dict):
+        return False
+    if hit.get("status") == "ok":
+        return isinstance(hit.get("stack"), dict)
+    return (hit.get("status") == "refused" and isinstance(hit.get("message"), str)
+            and isinstance(hit.get("reasons"), list) and isinstance(hit.get("alternatives"), list))
 
 
 def stack_for(overlays, options: dict) -> tuple[Matrix, Stack]:

@@ -37,6 +37,8 @@ from provisioner.errors import ProvisionError, ResolveError
 FOR_HOST = ("this", "none")
 ENV = "PROVISION_FOR_HOST"
 BASE_PLACEHOLDER = "IMAGE"
+# What the resolver is asked with in its place (a base image must be a valid image reference).
+BASE_PROBE = "your/cann-base-image"
 
 
 # ------------------------------------------------------------------ target
@@ -319,8 +321,10 @@ def refusal(matrix, opts: dict, record: dict, exc: ResolveError) -> ResolveError
             out.append(f"the smallest upgrade that opens an official image is to one CANN {oldest['cann']} lists:"
                        f" {oldest['needs']}")
         alts.append({**newest, "relaxed": [f"{host_flag} (after the HDK upgrade)"]})
-    today = _try(matrix, {**opts, "base_image": BASE_PLACEHOLDER})
+    today = _try(matrix, {**opts, "base_image": BASE_PROBE})
     if today is not None:
+        # Shown as the placeholder the hint names (the probe only stands in for a valid reference).
+        today = {**today, "base_image": {**today["base_image"], "ref": BASE_PLACEHOLDER}}
         cann = today["cann"]["version"]
         out.append(f"the newest stack driver {driver} runs today: {summary(today)}, on your own CANN {cann} base image"
                    f" (--base-image {BASE_PLACEHOLDER}): no official CANN {cann} image for chip {chip} is listed")

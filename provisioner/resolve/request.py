@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from provisioner import validate
 from provisioner.arch import machine as machine_arch
 from provisioner.arch import normalize as normalize_arch
 from provisioner.errors import ProvisionError
@@ -96,6 +97,40 @@ def parse_extras(items) -> tuple[str, ...]:
     return tuple(out)
 
 
+# The version fields and the flag each comes from; they must parse (one line, exit 2) before the solver sees them.
+VERSION_FIELDS = ("cann", "torch", "torch_npu", "mindspore", "python", "driver")
+TEXT_FIELDS = ("card", "os", "host_os", "task", "framework", "dtype", "registry")
+
+
+def _check(values: dict, profile: str | None) -> None:
+    """Every value of the request against its grammar (options and a profile's constraints alike)."""
+    from provisioner.matrix.versions import VersionError, parse
+
+    def where(key: str) -> str:
+        flag = f"--{key.replace('_', '-')}"
+        return f"{flag} (or profile {profile}'s {key})" if profile else flag
+
+    for key in VERSION_FIELDS:
+        value = values.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise ProvisionError(f"{where(key)}: expected a version string, got {value!r}")
+        validate.version_text(value, where(key))
+        try:
+            parse(value)
+        except VersionError:
+            raise ProvisionError(f"{where(key)}: not a version: {value!r}") from None
+    for key in TEXT_FIELDS:
+        if values.get(key) is not None:
+            validate.single_line(values[key], where(key), 128)
+    if values.get("base_image") is not None:
+        validate.image_ref(values["base_image"], where("base_image"))
+    for key, value in values.get("pins") or ():
+        validate.single_line(key, "pins", 128)
+        validate.version_text(value, f"pins: {key}")
+
+
 def build(matrix, profile: str | None = None, **options) -> Request:
     """Combine a profile's constraints with command-line options (options win)."""
     base: dict = {}
@@ -125,6 +160,7 @@ def build(matrix, profile: str | None = None, **options) -> Request:
         base["arch_from_host"] = True
     if not base.get("card"):
         raise ProvisionError("--card is required (or a --profile that names one)")
+    _check(base, profile)
     req = Request(**base)
     if req.framework == "mindspore":
         bad = [f"--{n.replace('_', '-')}" for n in ("torch", "torch_npu") if getattr(req, n)]

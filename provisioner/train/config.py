@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from provisioner import hostfile, safeyaml
+from provisioner.errors import ProvisionError
 from provisioner.train.errors import ConfigError
 
 QWEN25_SYSTEM_PROMPT = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
@@ -318,19 +321,13 @@ def _check_model_dir(name: str, value: str) -> None:
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        raise ConfigError(f"{path}: config file not found")
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read config file: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise ConfigError(f"{where}: invalid YAML: {problem}") from None
+        # Bounded (a regular file, a size cap) and checked for depth and alias bombs before it is built.
+        data = safeyaml.load(hostfile.read_text(path, str(path), limit=4 << 20), str(path))
+    except ProvisionError as exc:
+        raise ConfigError(str(exc)) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -344,8 +341,10 @@ def _parse_override(item: str) -> tuple[str, Any]:
     if not sep or not key:
         raise ConfigError(f"override {item!r}: expected key=value")
     try:
-        value = yaml.safe_load(text) if text.strip() else None
-    except yaml.YAMLError:
+        value = safeyaml.load(text, f"override {key}") if text.strip() else None
+    except safeyaml.YamlLimitError as exc:
+        raise ConfigError(str(exc)) from None
+    except ProvisionError:
         value = text
     return key, value
 
@@ -414,14 +413,19 @@ def _coerce(name: str, type_text: Any, value: Any) -> Any:
             return int(value)
         raise ConfigError(f"config: {name}: expected an integer (got {value!r})")
     if base == "float":
+        number = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
+            number = float(value)
+        elif isinstance(value, str):
             try:
-                return float(value)  # YAML reads "2e-5" (no dot) as a string
+                number = float(value)  # YAML reads "2e-5" (no dot) as a string
             except ValueError:
                 pass
-        raise ConfigError(f"config: {name}: expected a number (got {value!r})")
+        if number is None:
+            raise ConfigError(f"config: {name}: expected a number (got {value!r})")
+        if not math.isfinite(number):  # .nan, .inf and "1e999" read as numbers but no setting means them
+            raise ConfigError(f"config: {name}: must be a finite number (got {value!r})")
+        return number
     if base == "str":
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)

@@ -141,7 +141,7 @@ def resolved(matrix, **options):
 @pytest.fixture
 def seed_report(audit_host, matrix):
     h = audit_host("seed-800ta2")
-    return host.probe(h.root, h.dev_root, runtime_mounts=audit.runtime_mounts(matrix), chip_rows=matrix.rows("chips"))
+    return host.probe(h.root, h.dev_root, run_tree_programs=True, runtime_mounts=audit.runtime_mounts(matrix), chip_rows=matrix.rows("chips"))
 
 
 def image_doc(matrix, report, stack, **kw):
@@ -185,7 +185,7 @@ def test_label_driver_list_is_trusted_over_the_matrix(matrix, seed_report):
 
 def test_inference_image_on_training_host_task_from_label(matrix, audit_host):
     h = audit_host("seed-310-300i")
-    rep = host.probe(h.root, h.dev_root, chip_rows=matrix.rows("chips"))
+    rep = host.probe(h.root, h.dev_root, run_tree_programs=True, chip_rows=matrix.rows("chips"))
     stack = resolved(matrix, card="300I-Pro", task="inference", arch="aarch64")
     doc = audit.audit(rep, matrix, audit.AuditOptions(image="i", image_stack=stack))
     found = [f["id"] for f in doc["findings"]]
@@ -272,7 +272,7 @@ def test_one_change_one_finding(what, audit_host, matrix):
     h = audit_host("seed-800ta2")
     change, expect = MUTATIONS[what]
     change(h.root, h.dev_root)
-    rep = host.probe(h.root, h.dev_root, runtime_mounts=audit.runtime_mounts(matrix), chip_rows=matrix.rows("chips"))
+    rep = host.probe(h.root, h.dev_root, run_tree_programs=True, runtime_mounts=audit.runtime_mounts(matrix), chip_rows=matrix.rows("chips"))
     doc = audit.audit(rep, matrix)
     assert expect in ids(doc), ids(doc)
     assert "check-crashed" not in [i for _, i in ids(doc)]
@@ -281,14 +281,14 @@ def test_one_change_one_finding(what, audit_host, matrix):
 def test_runtime_registered_but_not_default(audit_host, matrix):
     h = audit_host("seed-800ta2")
     _edit(h.root / "etc/docker/daemon.json", '"default-runtime": "ascend",', "")
-    rep = host.probe(h.root, h.dev_root, chip_rows=matrix.rows("chips"))
+    rep = host.probe(h.root, h.dev_root, run_tree_programs=True, chip_rows=matrix.rows("chips"))
     doc = audit.audit(rep, matrix, audit.AuditOptions(mode="runtime"))
     assert ("info", "ascend-runtime-not-default") in ids(doc) and doc["exit_code"] == 0
 
 
 def test_image_on_a_host_without_driver(matrix, audit_host):
     h = audit_host("broken-no-driver")
-    rep = host.probe(h.root, h.dev_root, chip_rows=matrix.rows("chips"))
+    rep = host.probe(h.root, h.dev_root, run_tree_programs=True, chip_rows=matrix.rows("chips"))
     stack = resolved(matrix, card="800T-A2", arch="aarch64")
     doc = image_doc(matrix, rep, stack)
     assert [f["id"] for f in doc["findings"]] == ["image-no-driver", "image-recommendation"]

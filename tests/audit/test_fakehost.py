@@ -14,7 +14,7 @@ from tests.helpers import hosts
 
 
 def _report(h) -> dict:
-    rep = host.probe(h.root, h.dev_root, run_npu_smi=True, engine="skip")
+    rep = host.probe(h.root, h.dev_root, run_tree_programs=True, run_npu_smi=True, engine="skip")
     return json.loads(json.dumps(rep).replace(str(h.root), "<root>").replace(str(h.dev_root), "<dev>"))
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from provisioner.cli import main
+from provisioner.host import fakehost
 from tests.helpers import golden as goldens
 from tests.helpers import hosts
 
@@ -84,8 +85,14 @@ EXPECTED = {
 }
 
 
+def smi_args(h) -> list[str]:
+    """The fixture's saved npu-smi output, as an operator passes it for another system's tree (the audit never
+    runs the tree's own npu-smi)."""
+    return [a for f in fakehost.saved_npu_smi(h.root) for a in ("--npu-smi-output", str(f))]
+
+
 def run_audit(h, *args, capsys):
-    rc = main(["audit", "--root", str(h.root), "--dev-root", str(h.dev_root), "--json", *args])
+    rc = main(["audit", "--root", str(h.root), "--dev-root", str(h.dev_root), *smi_args(h), "--json", *args])
     out = capsys.readouterr()
     assert out.err == ""
     doc = json.loads(out.out)
@@ -204,9 +211,11 @@ def test_saved_output_instead_of_running(audit_host, capsys, tmp_path):
     saved = tmp_path / "smi.txt"
     saved.write_text((h.root / "usr/local/share/npu-smi-fixture/info.txt").read_text())
     (h.root / "usr/local/bin/npu-smi").unlink()
-    rc, doc = run_audit(h, "--npu-smi-output", str(saved), capsys=capsys)
+    rc = main(["audit", "--root", str(h.root), "--dev-root", str(h.dev_root), "--npu-smi-output", str(saved), "--json"])
+    doc = json.loads(capsys.readouterr().out)
     assert rc == 0 and doc["host"]["npu_smi"]["source"] == "file" and len(doc["host"]["npu_smi"]["chips"]) == 8
-    rc, doc = run_audit(h, capsys=capsys)
+    rc = main(["audit", "--root", str(h.root), "--dev-root", str(h.dev_root), "--json"])
+    doc = json.loads(capsys.readouterr().out)
     assert ("warning", "npu-smi-absent") in ids(doc) and rc == 1
 
 
@@ -219,12 +228,17 @@ def test_unknown_npu_smi_text_is_a_warning(audit_host, capsys, tmp_path):
     assert ("error", "device-nodes-missing") not in ids(doc) and rc == 1
 
 
-def test_npu_smi_timeout_is_a_warning(audit_host, capsys):
+def test_another_tree_is_never_executed(audit_host, capsys, tmp_path):
+    # --root is another system's disk: its npu-smi (here one that would leave a mark) is never run; the audit
+    # says so and asks for the saved output instead.
     h = audit_host("seed-800ta2")
-    (h.root / "usr/local/bin/npu-smi").write_text("#!/bin/sh\nexec sleep 30\n")
-    rc, doc = run_audit(h, "--npu-smi-timeout", "0.3", capsys=capsys)
-    assert messages(doc)["npu-smi-failed"] == "npu-smi info failed: timed out after 0.3 s"
-    assert rc == 1
+    mark = tmp_path / "ran"
+    (h.root / "usr/local/bin/npu-smi").write_text(f"#!/bin/sh\ntouch {mark}\n")
+    rc = main(["audit", "--root", str(h.root), "--dev-root", str(h.dev_root), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert not mark.exists() and rc == 0
+    assert doc["host"]["npu_smi"]["source"] == "not-run" and ("info", "npu-smi-not-run") in ids(doc)
+    assert "--npu-smi-output" in {f["id"]: f for f in doc["findings"]}["npu-smi-not-run"]["remedy"]
 
 
 def test_engine_unreachable_finding(audit_host, capsys, monkeypatch):
@@ -235,7 +249,7 @@ def test_engine_unreachable_finding(audit_host, capsys, monkeypatch):
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     h = audit_host("seed-800ta2")
     m = loader.load()
-    rep = host.probe(h.root, h.dev_root, engine="probe", chip_rows=m.rows("chips"))
+    rep = host.probe(h.root, h.dev_root, run_tree_programs=True, engine="probe", chip_rows=m.rows("chips"))
     doc = audit.audit(rep, m)
     assert ("info", "docker-engine-unreachable") in ids(doc) and doc["exit_code"] == 0
     doc = audit.audit(rep, m, audit.AuditOptions(mode="devices"))
@@ -272,7 +286,7 @@ def _normalized(text: str, h) -> str:
                                   "fit-800ta2-23.0rc3"])
 def test_text_report_golden(name, audit_host, capsys):
     h = audit_host(name)
-    rc = main(["audit", "--root", str(h.root), "--dev-root", str(h.dev_root)])
+    rc = main(["audit", "--root", str(h.root), "--dev-root", str(h.dev_root), *smi_args(h)])
     text = _normalized(capsys.readouterr().out, h)
     assert rc == EXPECTED[name][0]
     goldens.check(GOLDEN / f"audit-{name}.txt", text)
@@ -284,6 +298,6 @@ def test_cli_subprocess_exit_codes(audit_host_real):
     for name in ("seed-800ta2", "a3-16", "broken-driver-old"):
         h = audit_host_real(name)
         res = subprocess.run([sys.executable, "-m", "provisioner.cli", "audit", "--root", str(h.root),
-                              "--dev-root", str(h.dev_root)], capture_output=True, text=True)
+                              "--dev-root", str(h.dev_root), *smi_args(h)], capture_output=True, text=True)
         assert res.returncode == EXPECTED[name][0], res.stderr
         assert re.search(rf"\(exit {EXPECTED[name][0]}\)\n$", res.stdout)

@@ -16,7 +16,7 @@ VERSION_FILES = Path(__file__).resolve().parents[1] / "fixtures" / "version-file
 
 
 def probe(h, matrix, **kw):
-    return host.probe(h.root, h.dev_root, runtime_mounts=audit.runtime_mounts(matrix),
+    return host.probe(h.root, h.dev_root, run_tree_programs=True, runtime_mounts=audit.runtime_mounts(matrix),
                       chip_rows=audit.chip_rows(matrix), **kw)
 
 

@@ -8,6 +8,7 @@ import pytest
 from provisioner.cli import main
 from provisioner.image import labels as image_labels
 from provisioner.resolve import cached, request
+from tests.audit.test_fixture_hosts import smi_args
 
 pytestmark = pytest.mark.docker
 
@@ -30,13 +31,14 @@ def test_audit_reads_the_stack_label(engine, audit_host, matrix, capsys):
                          image_labels.STACK_ID_LABEL: stack["id"]})
     try:
         h = audit_host("seed-800ta2")
-        rc = main(["audit", "--root", str(h.root), "--dev-root", str(h.dev_root), "--image", tag, "--json"])
+        rc = main(["audit", "--root", str(h.root), "--dev-root", str(h.dev_root), *smi_args(h), "--image", tag, "--json"])
         doc = json.loads(capsys.readouterr().out)
         assert rc == 0
         assert doc["image"] == {"ref": tag, "stack_id": stack["id"], "recommended": None}
         assert [f["id"] for f in doc["findings"] if f["id"].startswith("image-")] == ["image-driver-cann-ok", "image-fits"]
         h2 = audit_host("broken-driver-old")
-        rc = main(["audit", "--root", str(h2.root), "--dev-root", str(h2.dev_root), "--image", tag, "--json"])
+        rc = main(["audit", "--root", str(h2.root), "--dev-root", str(h2.dev_root), *smi_args(h2), "--image", tag,
+                   "--json"])
         doc = json.loads(capsys.readouterr().out)
         assert rc == 2
         assert {"image-arch-mismatch", "image-driver-too-old", "image-recommendation"} <= {f["id"] for f in doc["findings"]}

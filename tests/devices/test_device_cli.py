@@ -127,7 +127,7 @@ def test_stack_file_refusal(capsys, plan_hosts, shipped, tmp_path, no_engine):
     bad = tmp_path / "bad.json"
     bad.write_text("{")
     one_error_line(*run(capsys, "run-cmd", "--card", "300T-A2", "--devices", "0", "--stack", str(bad),
-                        *host_args(plan_hosts, "plan-300ta2-4"), "img"), "not JSON")
+                        *host_args(plan_hosts, "plan-300ta2-4"), "img"), "not valid JSON")
 
 
 def test_cdi_writes_atomically(capsys, plan_hosts, tmp_path):

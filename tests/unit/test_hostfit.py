@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from provisioner.cli import app, main
+from provisioner.host import buildfacts, fakehost
 from provisioner.matrix import loader
 from provisioner.resolve import driverfit
 from tests.helpers import hosts
@@ -29,8 +30,19 @@ def root(name: str) -> str:
     return str(hosts.FIXTURES / name / "tree")
 
 
+def smi_outputs(args) -> list[str]:
+    """A fixture tree's saved npu-smi output, as an operator passes it: provision never runs the npu-smi of a
+    --root tree (only the live root's)."""
+    args = list(args)
+    if "--root" not in args or any(a.startswith("--npu-smi-output") for a in args) or \
+            buildfacts.runs_programs({"live": False}):  # a test standing the tree in for the live root
+        return []
+    tree = Path(args[args.index("--root") + 1])
+    return [a for f in fakehost.saved_npu_smi(tree) for a in ("--npu-smi-output", str(f))]
+
+
 def run(capsys, *args) -> tuple[int, str, str]:
-    code = main(list(args))
+    code = main([*args, *smi_outputs(args)])
     out = capsys.readouterr()
     return code, out.out, out.err
 
@@ -270,7 +282,9 @@ def _counting_host(tmp_path: Path, boot_id: str | None) -> tuple[Path, Path]:
     return host, calls
 
 
-def test_npu_smi_runs_once_per_boot(tmp_path, capsys):
+def test_npu_smi_runs_once_per_boot(tmp_path, capsys, monkeypatch):
+    # This tree stands in for the live root (only there does npu-smi run).
+    monkeypatch.setattr(buildfacts, "runs_programs", lambda facts: True)
     host, calls = _counting_host(tmp_path, "7b1c2f0e-0000-4000-8000-000000000001")
     first = run_json(capsys, "resolve", "--root", str(host))
     second = run_json(capsys, "resolve", "--root", str(host))
@@ -286,7 +300,9 @@ def test_npu_smi_runs_once_per_boot(tmp_path, capsys):
     assert doc["stack"]["cann"]["version"] == "9.1.0" and len(calls.read_text().splitlines()) == 3
 
 
-def test_without_a_boot_id_npu_smi_runs_every_time(tmp_path, capsys):
+def test_without_a_boot_id_npu_smi_runs_every_time(tmp_path, capsys, monkeypatch):
+    # This tree stands in for the live root (only there does npu-smi run).
+    monkeypatch.setattr(buildfacts, "runs_programs", lambda facts: True)
     host, calls = _counting_host(tmp_path, None)
     for _ in range(2):
         assert run_json(capsys, "resolve", "--root", str(host))[0] == 0
@@ -328,7 +344,9 @@ def test_an_unparsable_driver_version_limits_nothing(tmp_path, capsys):
     assert "'V100R001C15' (/usr/local/Ascend/driver/version.info), is not a version: CANN is not limited" in err
 
 
-def test_npu_smi_failing_needs_the_card(tmp_path, capsys):
+def test_npu_smi_failing_needs_the_card(tmp_path, capsys, monkeypatch):
+    # This tree stands in for the live root (only there does npu-smi run).
+    monkeypatch.setattr(buildfacts, "runs_programs", lambda facts: True)
     host = _host_copy(tmp_path)
     smi = host / "usr/local/sbin/npu-smi"
     smi.write_text("#!/bin/sh\necho 'dcmi module initialize failed. ret is -8005' >&2\nexit 1\n")
