@@ -32,7 +32,7 @@ RAY_GROUP = "npu-workers"
 RENDEZVOUS = ("MASTER_ADDR", "MASTER_PORT", "NNODES", "NODE_RANK")
 VOLCANO_MAX_RETRY = 3  # a restarted job resumes (steps skipped by their outputs, training from checkpoints)
 RAYJOB_BACKOFF = 2
-_PVC = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?):(/[A-Za-z0-9._+@=,/-]*)$")
+_PVC = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?):(/[A-Za-z0-9._+@=,/-]*)\Z")
 
 
 def parse_pvc(items: list[str] | tuple[str, ...]) -> list[tuple[str, str]]:

@@ -15,14 +15,14 @@ from pathlib import Path
 
 from provisioner.errors import ProvisionError
 
-NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")  # a DNS-1035 label, as KubeRay wants a RayJob name
+NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?\Z")  # a DNS-1035 label, as KubeRay wants a RayJob name
 NAME_MAX = 40  # leaves room for the suffixes Kubernetes objects get (-worker-0, -job, KubeRay's -xxxxx)
 # A path that is safe in a shell word, a YAML scalar and a Kubernetes hostPath: no spaces, quotes,
 # globs, variables or `..`.
-SAFE_PATH = re.compile(r"^/[A-Za-z0-9._+@=,/-]*$")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-ENV_VALUE = re.compile(r"^[A-Za-z0-9._+@=,:;/ ^-]*$")
-KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+SAFE_PATH = re.compile(r"^/[A-Za-z0-9._+@=,/-]*\Z")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+ENV_VALUE = re.compile(r"^[A-Za-z0-9._+@=,:;/ ^-]*\Z")
+KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 FORMATS = ("alpaca", "sharegpt")
 RECOMPUTE = ("none", "full")

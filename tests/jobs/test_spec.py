@@ -62,6 +62,8 @@ def test_env_values_are_checked_before_they_reach_a_script(tmp_path):
     assert ":9:" in msg and "no quotes or $" in msg
     msg = _error(tmp_path, SFT + "env:\n  HCCL_CONNECT_TIMEOUT: 1800.5\n")
     assert "give the value as text" in msg
+    # A trailing newline is no escape: the grammars anchor at the very end (\Z, not $).
+    assert ":9:" in _error(tmp_path, SFT + 'env:\n  HCCL_CONNECT_TIMEOUT: "1800\\n"\n')
 
 
 def test_grpo_section_and_model_config(tmp_path):
