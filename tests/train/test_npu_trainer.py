@@ -86,7 +86,8 @@ def test_first_generation_910_trains_in_fp16_without_flash_attention(tmp_path, t
 
 def test_zero2_with_fp16_is_refused_on_a_saturating_chip(tmp_path, tiny_model_dir, alpaca_file):
     """Finding 5: DeepSpeed would never see the overflow of a chip that saturates."""
-    probe, _, err = train(tmp_path, tiny_model_dir, alpaca_file, soc="Ascend910A", strategy="zero2")
+    probe, _, err = train(tmp_path, tiny_model_dir, alpaca_file, soc="Ascend910A", strategy="zero2",
+                          attn_implementation="sdpa", optimizer="adamw")
     assert probe["rc"] == 2
     assert "strategy: zero2 with fp16 would apply saturated gradients on Ascend910A" in err
     assert "use strategy: ddp" in err
