@@ -169,12 +169,13 @@ def render(matrix, stack: dict, recipe, user: User | None = None, project_root: 
     tag = image_tag(stack, recipe, user)
     label_map = labels(stack, recipe, tag, proj, lock_sha, row["id"])
     repos = _repos(stack, recipe)
+    ds_ops = _deepspeed_ops(stack, recipe)
 
     values = dict(
         stack=stack, recipe=recipe, layers=layers, labels=label_map, user=user, repos=repos,
         apex=stack.get("apex"), project_extras=recipe.project_extras, project=proj,
         build_tools=recipe.build_tools, summary=stack_summary(stack), package_set=row["id"],
-        allow=_unlocked_allowed(stack, proj), strict=not repos,
+        allow=_unlocked_allowed(stack, proj), strict=not repos, deepspeed_ops=ds_ops,
     )
     dockerfile = _render(recipe.template, **values)
     ctx = Context(files={}, modes={}, tag=tag, manifest={}, dockerfile=dockerfile)
@@ -186,6 +187,8 @@ def render(matrix, stack: dict, recipe, user: User | None = None, project_root: 
     ctx.add("files/rootfs/etc/provision/cann-env.sh", _raw("files/cann-env.sh"))
     ctx.add("files/rootfs/etc/profile.d/provision-cann.sh", _raw("files/profile-cann.sh"))
     ctx.add("files/rootfs/usr/local/bin/provision-entrypoint", _raw("files/entrypoint.sh"), EXECUTABLE)
+    if ds_ops:
+        ctx.add("files/ds-prebuild.sh", _raw("files/ds-prebuild.sh"), EXECUTABLE)
     # `provision doctor` inside the image checks what it finds against this (the labels carry the same).
     ctx.add("files/rootfs/etc/provision/stack.json", (json.dumps(stack, indent=2, ensure_ascii=False) + "\n").encode())
     for rel, content in build_inputs().items():
@@ -207,6 +210,21 @@ def build_inputs(pip_conf: str | None = None, gitconfig: str | None = None) -> d
         "ca/README": _raw("build/ca-README"),
         "wheelhouse/README": _raw("build/wheelhouse-README"),
     }
+
+
+_OP = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def _deepspeed_ops(stack: dict, recipe) -> list[str]:
+    """DeepSpeed operators the recipe pre-builds when the stack has --with deepspeed (recipe extras.deepspeed.
+    prebuild_ops, e.g. [cpu_adam]); names are checked, since they reach a RUN line."""
+    if "deepspeed" not in (stack.get("extras") or {}):
+        return []
+    ops = ((recipe.extras or {}).get("deepspeed") or {}).get("prebuild_ops") or []
+    if not isinstance(ops, list) or not all(isinstance(op, str) and _OP.match(op) for op in ops):
+        raise ProvisionError(f"{recipe.at}: extras.deepspeed.prebuild_ops must list DeepSpeed op names such as"
+                             f" cpu_adam (got {ops!r})")
+    return list(ops)
 
 
 def _repos(stack: dict, recipe) -> dict[str, dict]:
