@@ -20,6 +20,8 @@ def register(group: click.Group) -> None:
 @click.option("--image", required=True, help="Image to run (local to the engine; e.g. one `provision build` made).")
 @click.option("--check", is_flag=True, help="Run the collective smoke test (all_reduce over every chip) first; stop if it fails.")
 @click.option("--check-only", "check_only", is_flag=True, help="Run only the collective smoke test.")
+@click.option("--selftest", is_flag=True, help="Run the self-test first (chips, attention, fused optimizer, HCCL, three "
+              "training steps with the job's own --config); stop if it fails. `provision selftest` runs only it.")
 @click.option("--module", help="Python module torchrun starts instead of the trainer (ARGS go to it).")
 @click.option("--script", help="Script path inside the container that torchrun starts (ARGS go to it).")
 @click.option("--exec", "exec_", is_flag=True, help="ARGS are the whole command, run as given (no torchrun added).")
@@ -39,8 +41,8 @@ def register(group: click.Group) -> None:
 @click.option("--no-init", "no_init", is_flag=True, help="Run torchrun as PID 1 (no docker --init).")
 @json_option
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def launch_cmd(overlays, as_json, image, check, check_only, module, script, exec_, env, volumes, workdir, network, mode,
-               user, name, rank_table, labels, keep, stop_timeout, no_init, args, **kw):
+def launch_cmd(overlays, as_json, image, check, check_only, selftest, module, script, exec_, env, volumes, workdir, network,
+               mode, user, name, rank_table, labels, keep, stop_timeout, no_init, args, **kw):
     """Run torchrun in a container with exactly the chips in --devices, stream its logs, return its exit code.
 
     \b
@@ -84,7 +86,8 @@ def launch_cmd(overlays, as_json, image, check, check_only, module, script, exec
                 emit_json({"schema": LAUNCH_SCHEMA, "status": "refused", "reasons": exc.reasons})
                 return 2
             raise
-        job = launch.Job(plan=plan, image=info, target=target, check=check or check_only, env=user_env,
+        job = launch.Job(plan=plan, image=info, target=target, check=check or check_only, selftest=selftest,
+                         selftest_args=target.trainer_config_args() if target else (), env=user_env,
                          volumes=mounts, workdir=workdir, network=network, init=not no_init, keep=keep, name=name,
                          stop_timeout=stop_timeout, notes=tuple(notes), labels=extra_labels)
         out, err = (sys.stderr, sys.stderr) if as_json else (sys.stdout, sys.stderr)

@@ -122,7 +122,7 @@ def repoint(t: NPUTensor, data: torch.Tensor) -> None:
     """npu_change_data_ptr (torch_npu/utils/combine_tensors.py): the tensor keeps its identity and its data
     moves into another buffer."""
     _release(t._npu_box)
-    t._npu_box[0] = _acquire(data, t.device.index)
+    t._npu_box[0] = _acquire(data, CHIPS.current)
     t.elem = data
 
 
@@ -134,15 +134,19 @@ class NPUTensor(torch.Tensor):
     elem: torch.Tensor
 
     @staticmethod
-    def __new__(cls, elem: torch.Tensor, device: torch.device):
+    def __new__(cls, elem: torch.Tensor, device: torch.device | None = None):
         if isinstance(elem, NPUTensor):
             elem = elem.elem
-        index = device_index(device)
+        if device is not None:
+            check_device(device_index(device))
+        # torch's Python-backend device guard reports one device (torch/csrc/acc/Module.cpp, deviceCount), and
+        # the autograd engine keeps one queue per device index: every tensor says npu:0. A worker uses one
+        # chip (set_device(LOCAL_RANK)), which the memory statistics follow.
         r = torch.Tensor._make_wrapper_subclass(
             cls, elem.size(), strides=elem.stride(), storage_offset=elem.storage_offset(), dtype=elem.dtype,
-            layout=elem.layout, device=torch.device("npu", index), requires_grad=elem.requires_grad)
+            layout=elem.layout, device=torch.device("npu", 0), requires_grad=elem.requires_grad)
         r.elem = elem
-        r._npu_box = [_acquire(elem, index)]
+        r._npu_box = [_acquire(elem, CHIPS.current)]
         weakref.finalize(r, _release, r._npu_box)
         return r
 
@@ -215,6 +219,8 @@ def _dispatch(func, args, kwargs):
 
     if func is aten._amp_foreach_non_finite_check_and_unscale_.default:
         return _check_and_unscale(args)
+    if func is aten.record_stream.default:
+        return None  # one stream per chip here: nothing to record
     if not _soc.bf16_supported() and func not in _MOVES:
         if any(isinstance(x, torch.Tensor) and x.dtype == torch.bfloat16 and x.device.type == "npu" for x in flat):
             # No bf16 kernels before Ascend910B1 (NpuVariables.cpp IsBF16Supported; CANN op docs: the Atlas
@@ -247,7 +253,7 @@ def _dispatch(func, args, kwargs):
 def _with_npu_rng(device, func, args, kwargs):
     """Random ops draw from the device's generator, not the host's (torch_npu/npu/random.py keeps one
     generator per device; torch.manual_seed seeds them through manual_seed_all)."""
-    gen = CHIPS.generators[device_index(device)]
+    gen = CHIPS.generators[CHIPS.current]
     host = torch.default_generator.get_state()
     torch.default_generator.set_state(gen.get_state())
     try:
@@ -296,7 +302,7 @@ def _check_and_unscale(args):
 # ---- kernels for the PrivateUse1 key (reached when the Python key is excluded or no NPU tensor is in) --
 
 def _room_for(size, dtype, device) -> None:
-    index = device_index(torch.device(device))
+    index = CHIPS.current
     nbytes = math.prod(size) * (dtype or torch.get_default_dtype()).itemsize
     if CHIPS.allocated[index] + nbytes > CHIPS.hbm:
         raise torch.OutOfMemoryError(
