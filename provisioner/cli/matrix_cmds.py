@@ -10,8 +10,12 @@ from provisioner.errors import ResolveError
 
 
 def register(group: click.Group) -> None:
+    from provisioner.cli import verify_cmds
+
     group.add_command(resolve_cmd)
     group.add_command(matrix_cmd)
+    matrix_cmd.add_command(verify_cmds.verify_cmd)
+    matrix_cmd.add_command(verify_cmds.sync_cmd)
 
 
 @click.command("resolve")
@@ -119,13 +123,20 @@ SECTION_COLUMNS = {
 }
 
 
-@click.command("matrix")
+@click.group("matrix", invoke_without_command=True)
 @click.option("--card", help="Show only what applies to this card's chip family.")
 @click.option("--section", "sections", multiple=True, help="Show only these sections (cards, cann, torch_npu, ...).")
 @matrix_option
 @json_option
-def matrix_cmd(card, sections, overlays, as_json):
-    """Show the compatibility matrix rows (a table, or JSON with --json)."""
+@click.pass_context
+def matrix_cmd(ctx, card, sections, overlays, as_json):
+    """Show the compatibility matrix rows (a table, or JSON with --json).
+
+    `provision matrix verify` checks the rows against PyPI, the image lists and
+    the cited sources; `provision matrix sync` drafts rows for new releases.
+    """
+    if ctx.invoked_subcommand is not None:
+        return 0
     from provisioner.matrix import loader as matrix_mod
 
     m = matrix_mod.load(list(overlays))

@@ -89,11 +89,17 @@ def fingerprint(layers) -> str:
     return cache.fingerprint(*parts)
 
 
-def load(overlays: list | None = None, use_cache: bool = True) -> Matrix:
-    """Load and validate the matrix with its overlays (see the module docstring)."""
+def load(overlays: list | None = None, use_cache: bool = True, lenient: bool = False) -> Matrix:
+    """Load and validate the matrix with its overlays (see the module docstring).
+
+    `lenient` (for `matrix verify`): a row citing an undefined source id is
+    recorded in ``Matrix.problems`` instead of failing the load; nothing is cached."""
     layers = layer_paths(overlays)
     names = [name for name, _ in layers]
     key = fingerprint(layers)
+    if lenient:
+        data = _build(layers, lenient=True)
+        return Matrix(data, names, "", problems=data.pop("_problems"))
     if use_cache:
         data = cache.read(f"matrix-{key}.json")
         if isinstance(data, dict):
@@ -104,7 +110,7 @@ def load(overlays: list | None = None, use_cache: bool = True) -> Matrix:
     return Matrix(data, names, key)
 
 
-def _build(layers) -> dict:
+def _build(layers, lenient: bool = False) -> dict:
     from pathlib import Path
 
     from provisioner.matrix import schema
@@ -149,7 +155,9 @@ def _build(layers) -> dict:
             schema.check_complete(section, row)
         data[section] = [_plain(row) for row in rows.values()]
     data["policy"] = dict(policy)
-    _cross_check(data, merged)
+    problems = _cross_check(data, merged, lenient)
+    if lenient:
+        data["_problems"] = problems
     return data
 
 
@@ -176,8 +184,9 @@ def _plain(row) -> dict:
     return out
 
 
-def _cross_check(data: dict, merged: dict) -> None:
-    """Relations between sections: every reference must name something that exists."""
+def _cross_check(data: dict, merged: dict, lenient: bool = False) -> list[dict]:
+    """Relations between sections: every reference must name something that exists.
+    Returns the dangling source ids when `lenient` (else the first one fails)."""
     from provisioner.matrix import schema
 
     def fail(section: str, row: dict, key: str, msg: str):
@@ -186,13 +195,18 @@ def _cross_check(data: dict, merged: dict) -> None:
         raise MatrixError(f"{where}: {msg}")
 
     source_ids = {r["id"] for r in data["sources"]}
+    problems: list[dict] = []
     for section, rows in data.items():
         if section == "policy":
             continue
         for row in rows:
             for src in row.get("source", []):
                 if re.fullmatch(r"[A-Z][A-Z0-9-]*", src) and src not in source_ids:
-                    fail(section, row, "source", f"unknown source id {src!r} (define it under 'sources:')")
+                    if not lenient:
+                        fail(section, row, "source", f"unknown source id {src!r} (define it under 'sources:')")
+                    node = merged[section].get(_row_key(section, row[schema.SECTIONS[section].key]))
+                    problems.append({"section": section, "key": row[schema.SECTIONS[section].key], "source": src,
+                                     "at": node.where("source") if node is not None else row["_at"]})
 
     families = {r["id"].lower(): r for r in data["families"]}
     chips = {r["model"].lower() for r in data["chips"]}
@@ -264,15 +278,17 @@ def _cross_check(data: dict, merged: dict) -> None:
         for card in data["policy"].get(key, []):
             if card.lower() not in names:
                 raise MatrixError(f"policy: {key} names unknown card {card!r}")
+    return problems
 
 
 class Matrix:
     """The loaded data with lookups the resolver and the other modules share."""
 
-    def __init__(self, data: dict, layers: list[str], fingerprint: str = ""):
+    def __init__(self, data: dict, layers: list[str], fingerprint: str = "", problems: list | None = None):
         self.data = data
         self.layers = layers
         self.fingerprint = fingerprint
+        self.problems = problems or []
 
     def rows(self, section: str) -> list[dict]:
         return self.data[section]
@@ -349,6 +365,9 @@ class Matrix:
                         "python": m["py"],
                         "devel": bool(m["devel"]),
                         "source": row["source"],
+                        "listed": row.get("listed", True),
+                        "evidence": None if row.get("listed", True) else "seen in " + "; ".join(
+                            re.split(r" @ | \(", self.source_ref(s))[0] for s in row["source"]),
                     }
                 )
         return out
@@ -379,8 +398,15 @@ class Matrix:
         row = next((r for r in self.data["torch"] if V(r["version"]).key == key), None)
         return row["python"] if row else None
 
-    def torch_wheel_rule(self, arch: str) -> dict:
-        return next(r for r in self.data["torch_wheels"] if r["arch"] == arch)
+    def torch_wheel_rule(self, arch: str, torch: str) -> dict:
+        """How torch is pinned by torch_npu and installed, for this CPU architecture and torch line."""
+        from provisioner.matrix.versions import Spec
+
+        want = parse(torch).public()
+        for row in self.data["torch_wheels"]:
+            if row["arch"] == arch and any(Spec(s).matches(want) for s in row["torch"]):
+                return row
+        raise MatrixError(f"torch_wheels: no rule for torch {torch} on {arch}")
 
     def source_ref(self, src: str) -> str:
         hit = next((s["ref"] for s in self.data["sources"] if s["id"] == src), None)

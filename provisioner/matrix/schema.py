@@ -156,6 +156,35 @@ def _str_map(value, name):
     return value
 
 
+ARCHES = ("x86_64", "aarch64")
+# table: a cited compatibility table or release note states the pairing; derived: a rule gave it (a patch
+# tag or a release-branch tip names its TorchNPU release); unconfirmed: drafted from index metadata only.
+PAIRINGS = ("table", "derived", "unconfirmed")
+SOURCE_KINDS = ("table", "release-notes", "docs", "index", "tags", "images", "usage", "spec", "field-report", "code")
+
+
+def _arch_map(value_check):
+    def check(value, name):
+        if not isinstance(value, dict) or not value:
+            raise ValueError(f"{name} must map a CPU architecture ({', '.join(ARCHES)}) to a value")
+        for arch, item in value.items():
+            if arch not in ARCHES:
+                raise ValueError(f"{name}: unknown architecture {arch!r} (expected {', '.join(ARCHES)})")
+            value[arch] = value_check(item, f"{name}.{arch}")
+        return value
+
+    return check
+
+
+def _pin(value, name):
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{name} must be a requirement such as 'torch=={{torch}}+cpu', or 'none'")
+    return value
+
+
+ARCH_PY = _arch_map(_pyrange)
+ARCH_PIN = _arch_map(_pin)
+
 STR, TEXT, VER, SPECS, PY, BOOL, INT = _str, _text, _ver, _specs, _pyrange, _bool, _int
 SOURCE, MAP, STR_MAP = _source, _mapping, _str_map
 records = _records
@@ -178,7 +207,12 @@ class Section:
 NOTES = {"notes": opt(TEXT), "note": opt(TEXT)}
 
 SECTIONS: dict[str, Section] = {
-    "sources": Section("id", {"id": STR, "ref": STR}, doc="short names for cited sources"),
+    "sources": Section(
+        "id",
+        {"id": STR, "ref": STR},
+        {"kind": opt(enum(*SOURCE_KINDS))},
+        doc="short names for cited sources; `kind` says what a source can vouch for (matrix verify)",
+    ),
     "families": Section(
         "id",
         {"id": STR, "name": STR, "training": BOOL, "bf16": BOOL, "device_family": STR, "reference_card": STR},
@@ -262,7 +296,7 @@ SECTIONS: dict[str, Section] = {
     "images": Section(
         "cann",
         {"cann": STR, "tags": list_of(STR)},
-        dict(NOTES),
+        {"listed": opt(BOOL), **NOTES},
         doc="official CANN base-image tags per CANN release (<cann>-<chip>-<os>-py<ver>[-devel])",
     ),
     "torch_npu_releases": Section(
@@ -279,11 +313,14 @@ SECTIONS: dict[str, Section] = {
             "branch": opt(STR),
             "cann": opt(VER),
             "cann_inferred": opt(BOOL),
+            "pairing": opt(enum(*PAIRINGS)),
             "python": opt(PY),
+            "wheels": opt(ARCH_PY),
+            "torch_pin": opt(ARCH_PIN),
             "in_table": opt(BOOL),
             **NOTES,
         },
-        doc="torch_npu wheels: torch they pin, paired CANN, Python range, PyPI presence",
+        doc="torch_npu wheels: torch they pin, paired CANN, Python range, PyPI presence (per arch in `wheels`)",
     ),
     "torch": Section(
         "version",
@@ -292,10 +329,10 @@ SECTIONS: dict[str, Section] = {
         doc="generic Python range per torch line (used when a wheel row has none)",
     ),
     "torch_wheels": Section(
-        "arch",
-        {"arch": enum("x86_64", "aarch64"), "requirement": STR},
+        "id",
+        {"id": STR, "arch": enum(*ARCHES), "torch": SPECS, "pin": STR, "requirement": STR},
         {"index_url": opt(STR), **NOTES},
-        doc="how torch itself is installed next to torch_npu, per CPU architecture",
+        doc="per CPU architecture and torch line: the torch pin in torch_npu's wheel metadata and how torch is installed",
     ),
     "apex": Section(
         "id",
@@ -343,7 +380,7 @@ SECTIONS: dict[str, Section] = {
     "mindspore": Section(
         "version",
         {"version": VER, "cann": VER, "on_pypi": BOOL},
-        {"hdk": list_of(VER), "python": opt(PY), "cann_community": opt(STR), **NOTES},
+        {"hdk": list_of(VER), "python": opt(PY), "cann_community": opt(STR), "pairing": opt(enum(*PAIRINGS)), **NOTES},
         doc="MindSpore releases and the CANN they pair with",
     ),
     "extras": Section(

@@ -78,6 +78,7 @@ class Context:
         self.py_rank = {p: i for i, p in enumerate(pref)}
         self.os_rank = {o: i for i, o in enumerate(matrix.policy.get("os_preference", []))}
         self._base: list[dict] | None = None
+        self._sets: dict[tuple, list[str]] = {}
 
     # CANN rows a stack may use: releases, plus a pre-release named exactly.
     def cann_rows(self) -> list[dict]:
@@ -99,6 +100,19 @@ class Context:
             return []
         return [i for i in self.m.images(cann_row["version"], self.chip) if not i["devel"]]
 
+    def no_package_set(self, field: str, version: str, python: str) -> list[str]:
+        """A soft problem when no package set (matrices/packages.yaml) covers the framework on this
+        Python: such a stack resolves, but its image cannot be rendered without an overlay."""
+        key = (field, version, python)
+        if key not in self._sets:
+            rows = self.m.rows("packages") if "packages" in self.m.data else []
+            hits = [r for r in rows if r.get(field) and _in_specs(r[field], version)]
+            label = "MindSpore" if field == "mindspore" else "torch"
+            self._sets[key] = [] if any(python in _pyr(r["python"]) for r in hits) else [
+                f"no package set in matrices/packages.yaml covers {label} {version} on Python {python};"
+                " the image needs one (an overlay set; scripts/lock_packages.py resolves it)"]
+        return self._sets[key]
+
     def base(self) -> list[dict]:
         if self._base is None:
             framework = self.req.framework or "pytorch"
@@ -118,7 +132,8 @@ def _pytorch(ctx: Context):
             continue  # no published CANN pairing, or pip cannot fetch it: never part of a stack
         release = m.release(wheel.get("product"))
         compat = (release or {}).get("cann_compatible", [])
-        wheel_py = wheel.get("python") or m.torch_python(wheel["torch"])
+        # published wheels per CPU architecture where they differ, else the row's range
+        wheel_py = (wheel.get("wheels") or {}).get(ctx.req.arch) or wheel.get("python") or m.torch_python(wheel["torch"])
         wheel_cann = _v(wheel["cann"])
         for cann, images, names in canns:
             if not images:
@@ -135,12 +150,16 @@ def _pytorch(ctx: Context):
                         f"CANN {cann['version']} is in TorchNPU {wheel.get('product')}'s compatible range;"
                         f" torch_npu {wheel['wheel']} is released with CANN {wheel['cann']}"
                     )
-                if wheel.get("cann_inferred"):
+                if wheel.get("pairing") == "unconfirmed":
+                    soft.append(f"torch_npu {wheel['wheel']}: its CANN {wheel['cann']} pairing is unconfirmed"
+                                " (drafted from index metadata; no source pairs it yet)")
+                elif wheel.get("cann_inferred") or wheel.get("pairing") == "derived":
                     soft.append(f"torch_npu {wheel['wheel']}: {wheel.get('notes', 'patch build')}")
                 elif not wheel.get("in_table", True):
                     soft.append(f"torch_npu {wheel['wheel']} is in no official compatibility table")
                 if not cann.get("hdk_paired") and not cann.get("hdk_compatible"):
                     soft.append(f"no HDK driver pairing is published for CANN {cann['version']}")
+                soft += ctx.no_package_set("torch", wheel["torch"], img["python"])
                 yield {
                     "framework": "pytorch",
                     "wheel": wheel,
@@ -153,7 +172,18 @@ def _pytorch(ctx: Context):
                     "python": img["python"],
                     "os": img["os"],
                     "soft": soft,
+                    "unlisted": _unlisted(img),
                 }
+
+
+def _unlisted(img: dict) -> list[str]:
+    """A base image that is not in today's official list: usable, with a warning.
+    It ranks after a listed image of the same torch / torch_npu (see `score`), not
+    after an older torch: an image published after the recorded list is as real."""
+    if img.get("listed", True):
+        return []
+    return [f"base image {img['tag']} is not in today's cann-container-image list"
+            f" ({img.get('evidence') or 'seen elsewhere'}); if it no longer pulls, pass --base-image"]
 
 
 def _mindspore(ctx: Context):
@@ -169,6 +199,11 @@ def _mindspore(ctx: Context):
                 soft.append(f"MindSpore {ms['version']} is not on PyPI; install it from the MindSpore release downloads")
             if not ms.get("python"):
                 soft.append(f"MindSpore {ms['version']}'s Python range is not confirmed")
+            soft += ctx.no_package_set("mindspore", ms["version"], img["python"])
+            if ms.get("pairing") in ("unconfirmed", "derived"):
+                soft.append(f"MindSpore {ms['version']}: CANN {ms['cann']} pairing is {ms['pairing']}"
+                            f" ({ms.get('notes') or 'no source pairs it'})")
+
             yield {
                 "framework": "mindspore",
                 "mindspore_row": ms,
@@ -182,6 +217,7 @@ def _mindspore(ctx: Context):
                 "python": img["python"],
                 "os": img["os"],
                 "soft": soft,
+                "unlisted": _unlisted(img),
             }
 
 
@@ -357,6 +393,7 @@ def score(ctx: Context, cand: dict):
         -len(soft),
         cand["paired"],
         newest,
+        not cand["unlisted"],
         _v(cand["cann"]).key,
         -ctx.py_rank.get(cand["python"], 99),
         -ctx.os_rank.get(cand["os"], 99),
@@ -404,7 +441,8 @@ def _alone_reason(ctx: Context, con: Constraint) -> str:
             return (f"torch_npu {req.torch_npu} (released with CANN {row['cann']}) is not on PyPI: it exists only as a"
                     f" release asset of Ascend/pytorch on gitee/gitcode, so pip cannot install it{hint or '; no build of torch ' + prefix + ' is on PyPI'}"
                     " (if you mirror it into your own index, an overlay row with on_pypi: true makes it usable)")
-        return f"torch_npu {req.torch_npu} (released with CANN {row['cann']}) has no official base image for chip {chip} with a Python it supports"
+        return (f"torch_npu {req.torch_npu} (released with CANN {row['cann']}) has no listed base image for chip {chip}"
+                " with a Python it supports (pass --base-image to use an image you know)")
     if con.name == "cann":
         row = m.cann(req.cann)
         if row is None:
@@ -413,8 +451,10 @@ def _alone_reason(ctx: Context, con: Constraint) -> str:
         imgs = [i for i in m.images(row["version"], ctx.chip) if not i["devel"]] if ctx.chip else []
         if not req.base_image and not imgs:
             chips = sorted({i["chip"] for i in m.images(row["version"])})
-            return (f"no official CANN {row['version']} base image exists for chip {chip}"
-                    f" (CANN {row['version']} images: {', '.join(chips) or 'none'}); pass --base-image to use your own")
+            return (f"no CANN {row['version']} base image for chip {chip} is listed"
+                    f" (listed CANN {row['version']} images: {', '.join(chips) or 'none'}); the list holds today's"
+                    " official tags and earlier ones seen published, so one may still exist:"
+                    " pass --base-image to use an image you know")
         return f"no torch_npu/MindSpore build in the matrix works with CANN {row['version']} on chip {chip}"
     if con.name == "torch":
         wheels = [r for r in m.rows("torch_npu") if r.get("cann") and _same_torch(req.torch, r["torch"])]
@@ -440,11 +480,12 @@ def _alone_reason(ctx: Context, con: Constraint) -> str:
             msg += f", not with the requested CANN {req.cann}"
             if fits:
                 msg += f" (which pairs with MindSpore {', '.join(fits)})"
-        return msg + f"; no official CANN {row['cann']} base image exists for chip {chip} (pass --base-image to use your own)"
+        return msg + (f"; no CANN {row['cann']} base image for chip {chip} is listed"
+                      " (one may still exist: pass --base-image to use an image you know)")
     if con.name == "python":
         return f"no stack for chip {chip} offers Python {req.python} (available: {', '.join(_values(base, 'python'))})"
     if con.name == "os":
-        return f"no official image for chip {chip} runs {req.os} (available: {', '.join(_values(base, 'os'))})"
+        return f"no listed image for chip {chip} runs {req.os} (available: {', '.join(_values(base, 'os'))})"
     if con.name == "driver":
         fits = [r["version"] for r in ctx.cann_rows() if driver_fit(req.driver, r, m) == "ok"]
         where = f"it is paired with or listed for CANN {', '.join(fits)}" if fits else "no CANN release lists it"
@@ -561,7 +602,8 @@ def solve(matrix, req: Request, card: dict, family: dict) -> Outcome:
                 alternatives.append(([c.flag for c in drop], ctx, cand))
         if len(alternatives) >= MAX_ALTERNATIVES:
             break
-    alternatives.sort(key=lambda a: len(a[0]))
+    # fewest constraints dropped first; among those, the stack with fewest soft problems
+    alternatives.sort(key=lambda a: (len(a[0]), len(penalties(a[1], a[2])) + len(a[2].get("unlisted", []))))
     return Outcome(ctx, None, reasons, alternatives[:MAX_ALTERNATIVES])
 
 

@@ -63,7 +63,7 @@ def make_stack(ctx: Context, cand: dict, via_alias: str | None) -> dict:
     explain: dict[str, str] = {}
     sources: dict[str, list[str]] = {}
     warnings: list[str] = []
-    notes = list(penalties(ctx, cand))
+    notes = list(penalties(ctx, cand)) + list(cand.get("unlisted", []))
 
     explain["card"] = f"{card['id']}: {card['name']}, {fam['name']}" + (
         f" (chip alias {via_alias!r} selects the family's reference card)" if via_alias else ""
@@ -84,7 +84,7 @@ def make_stack(ctx: Context, cand: dict, via_alias: str | None) -> dict:
     extras: dict = {}
     if cand["framework"] == "pytorch":
         wheel = cand["wheel"]
-        rule = m.torch_wheel_rule(req.arch)
+        rule = m.torch_wheel_rule(req.arch, cand["torch"])
         torch = {
             "version": cand["torch"],
             "requirement": rule["requirement"].format(torch=cand["torch"]),
@@ -92,9 +92,13 @@ def make_stack(ctx: Context, cand: dict, via_alias: str | None) -> dict:
         }
         explain["torch"] = (f"{cand['torch']}: as requested" if req.torch else
                             f"{cand['torch']}: newest torch line with a clean stack for this card")
+        pin = (wheel.get("torch_pin") or {}).get(req.arch) or rule["pin"]
+        pin = "no torch version" if pin == "none" else pin.format(torch=cand["torch"])
         explain["torch_requirement"] = (
             f"{torch['requirement']}" + (f" from {torch['index_url']}" if torch["index_url"] else " from PyPI")
-            + f": {req.arch} torch_npu wheels pin " + ("the +cpu build" if "+cpu" in torch["requirement"] else "plain torch")
+            + f": {req.arch} torch_npu {wheel['wheel']} pins {pin}"
+            + ("; the +cpu build satisfies it without CUDA libraries"
+               if "+cpu" in torch["requirement"] and "+cpu" not in pin else "")
         )
         sources["torch_requirement"] = _refs(m, rule.get("source"))
         torch_npu = {
@@ -184,7 +188,9 @@ def make_stack(ctx: Context, cand: dict, via_alias: str | None) -> dict:
         ref = f"{regs[0]['image']}:{img['tag']}"
         base_image = {"ref": ref, "tag": img["tag"], "official": True,
                       "mirrors": [f"{r['image']}:{img['tag']}" for r in regs[1:]]}
-        explain["base_image"] = f"{ref}: official CANN {cand['cann']} image for chip {ctx.chip}, {cand['os']}, Python {cand['python']}"
+        explain["base_image"] = (f"{ref}: official CANN {cand['cann']} image for chip {ctx.chip}, {cand['os']},"
+                                 f" Python {cand['python']}" + ("" if img.get("listed", True) else
+                                                                " (not in today's list; published earlier or seen in use)"))
         sources["base_image"] = _refs(m, img.get("source"))
     else:
         base_image = {"ref": req.base_image, "tag": None, "official": False, "mirrors": []}

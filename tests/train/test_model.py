@@ -87,7 +87,9 @@ def test_chunked_loss_matches_one_shot(tiny_model_dir, tokenizer, examples):
     batch = make_batch(examples, [[0, 1, 2, 3], [4, 5, 6, 7]], True, tokenizer.pad_token_id, "sdpa")
     l1, g1 = _loss_and_grad(SFTLoss(model, chunk_tokens=0), batch)
     l2, g2 = _loss_and_grad(SFTLoss(model, chunk_tokens=16), batch)
-    assert l1 == pytest.approx(l2, rel=1e-6) and ((g1 - g2).norm() / g1.norm()).item() < 1e-6
+    # fp32 sums in another order: ~1e-6 apart on some CPUs; a wrong chunking is off by far more.
+    assert l1 == pytest.approx(l2, rel=1e-6)
+    assert ((g1 - g2).norm() / g1.norm()).item() < 1e-5
 
 
 def test_lora_wraps_only_the_targets_and_counts_flops(tiny_model_dir):

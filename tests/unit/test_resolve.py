@@ -102,7 +102,7 @@ def test_apex_with_python_3_11(m):
 
 @pytest.mark.parametrize("wheel, phrase", [
     ("2.1.0.post1", "neither on PyPI nor in the official compatibility table"),
-    ("2.2.0", "not on PyPI"),
+    ("2.1.0.post4", "not on PyPI"),
     ("2.5.1rc1", "no published CANN pairing"),
 ])
 def test_torch_npu_versions_pip_cannot_install(m, wheel, phrase):
@@ -111,10 +111,21 @@ def test_torch_npu_versions_pip_cannot_install(m, wheel, phrase):
 
 
 def test_old_driver_with_cann_8_5(m):
-    err = refused(m, card="800T-A2", driver="23.0.3", cann="8.5.0")
-    assert "driver 23.0.3 is too old" in err.reasons[0]
-    assert err.alternatives[0]["relaxed"] == ["--driver 23.0.3"]
+    err = refused(m, card="800T-A2", driver="22.0.4", cann="8.5.0")
+    assert "driver 22.0.4 is too old" in err.reasons[0]
+    assert err.alternatives[0]["relaxed"] == ["--driver 22.0.4"]
     assert err.alternatives[0]["cann"]["version"] == "8.5.0"
+
+
+def test_cann_7_driver_now_gets_the_cann_7_stack(m):
+    # HDK 23.0.3 pairs with CANN 7.0.0 only. torch_npu 2.1.0 (CANN 7.0.0) was marked "not on PyPI" and the
+    # 7.0.1 images, dropped from today's list, were absent: the driver was "too old for every CANN".
+    err = refused(m, card="800T-A2", driver="23.0.3", cann="8.5.0")
+    assert "driver 23.0.3 fits CANN 7.0.0" in err.reasons[0]
+    s = stack(m, card="800T-A2", driver="23.0.3", arch="aarch64")
+    assert (s["torch_npu"]["version"], s["cann"]["version"]) == ("2.1.0", "7.0.0")
+    assert s["base_image"]["tag"].startswith("7.0.1-910b-")
+    assert any("not in today's cann-container-image list" in w and "--base-image" in w for w in s["warnings"])
 
 
 def test_driver_picks_a_cann_it_supports(m):
@@ -169,7 +180,7 @@ def _core(s):
 
 @pytest.mark.parametrize("report, must_say", [
     ("seed-310-grpo", ["cannot train", "2.5.1rc1", "--cann 8.3.RC2 conflicts with --torch 2.5.1"]),
-    ("seed-800ta2-mindspore-sft", ["MindSpore 2.3.0 pairs with CANN 8.0.RC2", "pairs with MindSpore 2.7.1"]),
+    ("seed-800ta2-mindspore-sft", ["--mindspore 2.3.0 works with CANN 8.0.RC2", "CANN 8.3.RC1 works with MindSpore 2.7.1"]),
     ("seed-300ta2-kylin-lora", ["2.1.0.post1 is neither on PyPI nor in the official compatibility table"]),
 ])
 def test_field_reports_are_refused_and_corrected(m, report, must_say):

@@ -1,0 +1,275 @@
+"""`provision matrix sync`: what the index has that the matrix lacks, as a draft overlay.
+
+Owns the comparison and the draft. New torch_npu releases become rows derived
+from their wheel metadata (torch from the ``torch`` requirement, Python from
+the wheel tags per architecture, a ``torch_pin`` where the pin differs from
+the line's rule); new MindSpore releases become rows with the Python of their
+wheels. Neither names its CANN, so each row takes the CANN of its closest
+relative in the matrix (the newest table-paired wheel of the same torch line,
+the previous MindSpore release) and is marked ``pairing: unconfirmed`` until a
+source pairs it: the resolver accepts such rows with a warning, so a user is
+not blocked waiting for a release of this tool. Existing rows whose release
+gained wheels for new Python versions get an override row. New torch releases
+are listed for information.
+
+The draft is checked by loading it as an overlay of the matrix before it is
+written (atomically): what sync writes always loads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+from provisioner.errors import ProvisionError
+from provisioner.matrix.snapshot import Facts, write_atomic
+from provisioner.matrix.verify import _key, _minors, _range_text
+from provisioner.matrix.versions import V, VersionError, sort_versions
+
+SCHEMA = "provision.matrix-sync/1"
+ARCHES = ("x86_64", "aarch64")
+
+
+@dataclass
+class Finding:
+    kind: str  # torch_npu | mindspore | torch | python
+    version: str
+    detail: str
+    row: dict | None = None
+
+
+@dataclass
+class SyncReport:
+    facts: dict
+    findings: list[Finding] = field(default_factory=list)
+    written: str | None = None
+
+    def as_json(self) -> dict:
+        return {"schema": SCHEMA, "facts": self.facts, "written": self.written,
+                "new": [{"kind": f.kind, "version": f.version, "detail": f.detail, "row": f.row}
+                        for f in self.findings]}
+
+
+def _pythons(wheels) -> dict[str, set]:
+    anywhere = {p for w in wheels if w.arch == "any" for p in w.pythons}
+    return {a: {p for w in wheels if w.arch == a for p in w.pythons} | anywhere for a in ARCHES}
+
+
+def _known(rows, field_name) -> set:
+    return {_key(r[field_name]) for r in rows}
+
+
+def _pin_version(pins: set[str]) -> str | None:
+    import re
+
+    for pin in sorted(pins):
+        m = re.search(r"==\s*([0-9][0-9a-zA-Z.]*?)(?:\.\*|\+[0-9a-zA-Z.]+)?(?:$|[,;\s|])", pin)
+        if m:
+            return m.group(1)
+    return None
+
+
+class Syncer:
+    def __init__(self, matrix, facts: Facts):
+        self.m = matrix
+        self.f = facts
+        self.source = f"{facts.index} (wheel tags and metadata, {facts.taken}; drafted by provision matrix sync)"
+        self.report = SyncReport(facts={"origin": facts.origin, "index": facts.index, "taken": facts.taken})
+
+    def _ranged(self, version: str, pythons: dict[str, set]) -> dict:
+        row: dict = {}
+        union = pythons["x86_64"] | pythons["aarch64"]
+        row["python"] = _range_text(union)
+        for arch in ARCHES:
+            if pythons[arch] != union and pythons[arch]:
+                row.setdefault("wheels", {})[arch] = _range_text(pythons[arch])
+        if "," in row["python"]:  # a gap: keep the contiguous ends, say so
+            row["python"] = f"{sort_versions(union)[0]}-{sort_versions(union)[-1]}"
+        return row
+
+    def torch_npu(self):
+        from provisioner.matrix.snapshot import normalize_pin
+
+        known = _known(self.m.rows("torch_npu"), "wheel")
+        table = [r for r in self.m.rows("torch_npu") if r.get("cann") and (r.get("pairing") or (
+            "derived" if r.get("cann_inferred") else "table")) == "table"]
+        for version, wheels in sorted(self.f.releases("torch-npu").items(), key=lambda i: _key(i[0])):
+            if _key(version) in known:
+                continue
+            try:
+                v = V(version)
+            except VersionError:
+                continue
+            pins = {w.pin for w in wheels if w.pin}
+            torch = _pin_version(pins) or ".".join(str(n) for n in v.release[:3])
+            row = {"wheel": version, "torch": torch, **self._ranged(version, _pythons(wheels)),
+                   "on_pypi": True, "in_table": False}
+            for arch in ARCHES:
+                mine = {w.pin or "" for w in wheels if w.arch == arch}
+                if not mine:
+                    continue
+                try:
+                    rule = self.m.torch_wheel_rule(arch, torch)["pin"].format(torch=torch)
+                    expected = normalize_pin([rule], "torch")
+                except Exception:
+                    expected = None
+                if mine != {expected}:
+                    found = sorted(mine)[0]
+                    row.setdefault("torch_pin", {})[arch] = found.replace(torch, "{torch}") if found else "none"
+            same_line = [r for r in table if V(r["torch"]).minor() == V(torch).minor()]
+            relative = max(same_line or table, key=lambda r: V(r["wheel"]).key, default=None)
+            detail = f"{len(wheels)} wheels, torch {torch}, Python {row['python']}"
+            if relative:
+                row.update({"cann": relative["cann"], "pairing": "unconfirmed"})
+                how = "the same torch line" if same_line else "the newest release (a new torch line)"
+                row["notes"] = (f"drafted from the index: CANN {relative['cann']} is that of torch_npu"
+                                f" {relative['wheel']}, the newest table-paired wheel of {how}; no source pairs"
+                                f" {version} yet")
+                detail += f"; CANN {relative['cann']} unconfirmed"
+            row["source"] = self.source
+            self.report.findings.append(Finding("torch_npu", version, detail, row))
+
+    def mindspore(self):
+        rows = self.m.rows("mindspore")
+        known = _known(rows, "version")
+        oldest = min((V(r["version"]) for r in rows), key=lambda v: v.key, default=None)
+        for version, wheels in sorted(self.f.releases("mindspore").items(), key=lambda i: _key(i[0])):
+            if _key(version) in known:
+                continue
+            try:
+                v = V(version)
+            except VersionError:
+                continue
+            if oldest is not None and v < oldest:
+                continue  # older than the matrix covers
+            final = next((r for r in rows if not v.is_final and V(r["version"]).release == v.release), None)
+            older = [r for r in rows if V(r["version"]) < v]
+            relative = final or max(older, key=lambda r: V(r["version"]).key, default=None)
+            if relative is None:
+                continue
+            what = "the release it is a candidate for" if final else "the previous release"
+            row = {"version": version, "cann": relative["cann"], **self._ranged(version, _pythons(wheels)),
+                   "on_pypi": True, "pairing": "unconfirmed"}
+            row.pop("wheels", None)  # the mindspore section has no per-arch field
+            row["notes"] = (f"drafted from the index: CANN {relative['cann']} is that of MindSpore"
+                            f" {relative['version']}, {what}; no source pairs {version} yet")
+            row["source"] = self.source
+            self.report.findings.append(Finding(
+                "mindspore", version, f"{len(wheels)} wheels, Python {row['python']}; CANN {relative['cann']}"
+                " unconfirmed", row))
+
+    def python_tags(self):
+        for section, project, key in (("torch_npu", "torch-npu", "wheel"), ("mindspore", "mindspore", "version")):
+            releases = {_key(v): w for v, w in self.f.releases(project).items()}
+            for row in self.m.rows(section):
+                wheels = releases.get(_key(row[key]))
+                if not wheels or not row.get("python"):
+                    continue
+                union = _pythons(wheels)["x86_64"] | _pythons(wheels)["aarch64"]
+                new = union - _minors(row["python"])
+                if not new or not all(V(n) > V(max(_minors(row["python"]), key=lambda s: V(s).key)) for n in new):
+                    continue  # only wheels for newer Pythons are "new tags"; anything else is verify's business
+                patch = {key: row[key], "python": _range_text(union | _minors(row["python"])),
+                         "notes": f"wheels for Python {', '.join(sort_versions(new))} appeared on the index"
+                                  f" ({self.f.taken}); {row.get('notes', '')}".rstrip("; "),
+                         "source": [*row.get("source", []), self.source]}
+                self.report.findings.append(Finding("python", row[key],
+                                                    f"{section}: new wheels for Python {', '.join(sort_versions(new))}",
+                                                    patch))
+
+    def torch(self):
+        lines = [V(r["version"]) for r in self.m.rows("torch")]
+        top = max(lines, key=lambda v: v.key, default=None)
+        new: dict[tuple, list] = {}
+        for version, wheels in self.f.releases("torch").items():
+            try:
+                v = V(version)
+            except VersionError:
+                continue
+            if top is not None and v.is_final and v.minor() > top.minor():
+                new.setdefault(v.minor(), []).append((v, wheels))
+        for minor, releases in sorted(new.items()):
+            releases.sort(key=lambda item: item[0].key)
+            latest, wheels = releases[-1]
+            builds = sort_versions(r["wheel"] for r in self.m.rows("torch_npu") if V(r["torch"]).minor() == minor)
+            pys = _pythons(wheels)["aarch64"]
+            self.report.findings.append(Finding(
+                "torch", ", ".join(str(v) for v, _ in releases),
+                f"torch {minor[0]}.{minor[1]} is newer than every torch line in the matrix (Python {_range_text(pys)}"
+                f" on aarch64); torch_npu builds for it: {', '.join(builds) or 'none yet'}"))
+
+    def run(self) -> SyncReport:
+        self.torch_npu()
+        self.mindspore()
+        self.python_tags()
+        self.torch()
+        return self.report
+
+
+def _yaml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_yaml_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_yaml_value(v) for v in value) + "]"
+    return json.dumps(str(value), ensure_ascii=False)  # a JSON string is a YAML double-quoted scalar
+
+
+def render(report: SyncReport) -> str:
+    lines = [f"# Draft matrix overlay written by `provision matrix sync` from {report.facts['index']}",
+             f"# ({'live index' if report.facts['origin'] == 'online' else 'recorded snapshot'} of {report.facts['taken']}).",
+             "# Rows marked `pairing: unconfirmed` take the CANN of their closest relative in the matrix;",
+             "# no source pairs them yet, so stacks built on them carry a warning. Review the rows, then",
+             "# use the file with --matrix FILE (or PROVISION_MATRIX=FILE).", ""]
+    sections = {"torch_npu": [], "mindspore": []}
+    for f in report.findings:
+        if f.row is None:
+            continue
+        section = "mindspore" if (f.kind == "mindspore" or "version" in f.row) else "torch_npu"
+        sections[section].append(f.row)
+    for section, rows in sections.items():
+        if not rows:
+            continue
+        lines.append(f"{section}:")
+        for row in rows:
+            first = True
+            for key, value in row.items():
+                lines.append(f"{'  - ' if first else '    '}{key}: {_yaml_value(value)}")
+                first = False
+        lines.append("")
+    return "\n".join(lines)
+
+
+def sync(matrix, facts: Facts, output: str | None, overlays: list | None = None) -> SyncReport:
+    """Compare, and write the draft overlay to `output` (None: list only)."""
+    report = Syncer(matrix, facts).run()
+    if output and any(f.row for f in report.findings):
+        text = render(report)
+        directory = os.path.dirname(os.path.abspath(output))
+        if not os.path.isdir(directory):
+            raise ProvisionError(f"{output}: directory {directory} does not exist")
+        _check_loads(text, directory, overlays)
+        write_atomic(output, text)
+        report.written = output
+    return report
+
+
+def _check_loads(text: str, directory: str, overlays: list | None) -> None:
+    """The draft must load as an overlay of this matrix; never write one that does not."""
+    import tempfile
+
+    from provisioner.errors import MatrixError
+    from provisioner.matrix import loader
+
+    fd, path = tempfile.mkstemp(suffix=".yaml", dir=directory, prefix=".matrix-sync-")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        loader.load([*(overlays or []), path], use_cache=False)
+    except MatrixError as exc:
+        raise ProvisionError(f"the drafted overlay does not load ({exc}); nothing written") from None
+    finally:
+        os.unlink(path)
+

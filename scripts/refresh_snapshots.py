@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Maintainer tool: rewrite the recorded facts `provision matrix verify` checks offline.
+
+    python scripts/refresh_snapshots.py pypi
+        Reads torch-npu, torch and mindspore from the index pip is configured for
+        (index URL, proxy, CA bundle: `pip config list` and PIP_* variables), each
+        torch-npu wheel's metadata included (PEP 658 file or HTTP ranges of the
+        wheel; cached by sha256), and writes matrices/snapshots/pypi.json.
+        torch is kept from the oldest torch line the matrix knows.
+
+    python scripts/refresh_snapshots.py images --git-dir DIR [--rev HEAD] [--scan-rev cves]
+        DIR is a clone (or bare mirror) of Ascend/cann-container-image. Today's
+        tag list is the directory names under cann/ at REV; the earlier tags are
+        the ones its security-scan reports name (security/reports/... at
+        SCAN_REV). Writes matrices/snapshots/cann-images.json.
+
+    python scripts/refresh_snapshots.py sources --git-dir DIR ID=PATH [ID=PATH ...]
+        DIR is a clone of the repository the sources cite (Ascend/pytorch); for
+        each source id the commit is read from its `ref` in matrices/sources.yaml
+        ("@ <commit>") and PATH's tables are extracted at that commit. Writes
+        matrices/snapshots/source-extracts.json (other ids already there stay).
+
+Every file is written atomically; review the diff, then run
+`provision matrix verify` and fix the matrix rows it reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from provisioner.matrix import loader, pypi, snapshot  # noqa: E402
+from provisioner.matrix.loader import IMAGE_TAG  # noqa: E402
+from provisioner.matrix.versions import V, VersionError  # noqa: E402
+
+TAG = re.compile(r"^(?P<cann>\d+\.\d+\.[0-9A-Za-z]+(?:\.[A-Za-z]+\d+)?(?:-beta\.\d+)?)-(?P<rest>[0-9a-z]+-[a-z]+\d+\.\d+-py\d+\.\d+(?:-devel)?)$")
+
+
+def git(git_dir: str, *args: str) -> str:
+    proc = subprocess.run(["git", f"--git-dir={git_dir}", *args], capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"git {' '.join(args)}: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def dump(path: str, obj) -> None:
+    snapshot.write_atomic(path, json.dumps(obj, indent=1, ensure_ascii=False, sort_keys=True) + "\n")
+    print(f"wrote {path}")
+
+
+def cmd_pypi(args) -> None:
+    settings = pypi.pip_settings()
+    if args.index_url:
+        settings = pypi.PipSettings(**{**settings.__dict__, "index_url": args.index_url.rstrip("/")})
+    print(f"reading {settings.describe()}", file=sys.stderr)
+    m = loader.load(use_cache=False)
+    oldest = min((V(r["version"]) for r in m.rows("torch")), key=lambda v: v.key)
+
+    def keep(project, version):
+        if project != "torch":
+            return True
+        try:
+            v = V(version)
+        except VersionError:
+            return False
+        return v.is_final and v.minor() >= oldest.minor()
+
+    facts = snapshot.read_index(pypi.Index(settings), keep=keep, progress=lambda s: print(s, file=sys.stderr))
+    snapshot.write_atomic(snapshot.snapshot_path("pypi.json"), snapshot.index_json(facts))
+    print(f"wrote {snapshot.snapshot_path('pypi.json')} ({facts.stats})")
+
+
+def _commit(git_dir: str, rev: str) -> tuple[str, str]:
+    out = git(git_dir, "log", "-1", "--format=%H %cs", rev).split()
+    return out[0], out[1]
+
+
+def cmd_images(args) -> None:
+    sha, day = _commit(args.git_dir, args.rev)
+    listed = sorted(n for n in git(args.git_dir, "ls-tree", "--name-only", f"{sha}:cann").split()
+                    if TAG.match(n) and IMAGE_TAG.match(TAG.match(n)["rest"]))
+    scan_sha, scan_day = _commit(args.git_dir, args.scan_rev)
+    reports = git(args.git_dir, "ls-tree", "-r", "--name-only", scan_sha, "--", "security/reports").split()
+    scanned = sorted({Path(p).stem for p in reports
+                      if re.search(r"/(ascend|ascendai)/cann/", p) and TAG.match(Path(p).stem)})
+    dump(snapshot.snapshot_path("cann-images.json"), {
+        "schema": "provision.image-tags/1",
+        "listed": {"source": f"github Ascend/cann-container-image @ {sha[:12]} ({day}): directory names under cann/",
+                   "tags": listed},
+        "scanned": {"source": f"github Ascend/cann-container-image branch {args.scan_rev} @ {scan_sha[:12]}"
+                              f" ({scan_day}): security/reports/<registry>/<repo>/<tag>.md",
+                    "tags": scanned},
+    })
+
+
+def cmd_sources(args) -> None:
+    m = loader.load(use_cache=False)
+    refs = {r["id"]: r["ref"] for r in m.rows("sources")}
+    path = snapshot.snapshot_path("source-extracts.json")
+    try:
+        current = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        current = {"schema": "provision.source-extracts/1", "sources": {}}
+    for item in args.items:
+        ident, _, file = item.partition("=")
+        if ident not in refs or not file:
+            sys.exit(f"{item}: expected ID=PATH with an id from matrices/sources.yaml")
+        m_commit = re.search(r"@ ?([0-9a-f]{7,40})", refs[ident])
+        if not m_commit:
+            sys.exit(f"{ident}: its ref names no commit ('@ <commit>'): {refs[ident]}")
+        sha, day = _commit(args.git_dir, m_commit.group(1))
+        tables = snapshot.extract_tables(git(args.git_dir, "show", f"{sha}:{file}"))
+        current["sources"][ident] = {"read": f"{file} @ {sha[:12]} ({day})", **tables}
+        print(f"{ident}: {len(tables['pairs'])} pairings, {len(tables['python'])} Python ranges")
+    current["updated"] = datetime.date.today().isoformat()
+    dump(path, current)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("pypi")
+    p.add_argument("--index-url", help="read this index instead of pip's (a mirror of PyPI)")
+    p.set_defaults(run=cmd_pypi)
+    p = sub.add_parser("images")
+    p.add_argument("--git-dir", required=True)
+    p.add_argument("--rev", default="HEAD")
+    p.add_argument("--scan-rev", default="cves")
+    p.set_defaults(run=cmd_images)
+    p = sub.add_parser("sources")
+    p.add_argument("--git-dir", required=True)
+    p.add_argument("items", nargs="+", metavar="ID=PATH")
+    p.set_defaults(run=cmd_sources)
+    args = ap.parse_args()
+    args.run(args)
+
+
+if __name__ == "__main__":
+    main()
