@@ -52,7 +52,7 @@ FIXES = (
      " mounted (provision launch maps /usr/local/Ascend/driver)"),
     (r"500001", "ACL failed to initialise (500001); with CANN before 9.0 this is numpy 2: install numpy<2 (images"
                 " built by provision pin numpy by the stack's CANN)"),
-    (r"107001|Invalid device|needs \d+ NPUs", "the chip is not visible: map it (provision launch --devices) and keep"
+    (r"sees no NPU|107001|Invalid device|needs \d+ NPUs", "the chip is not visible: map it (provision launch --devices) and keep"
                                               " ASCEND_RT_VISIBLE_DEVICES unset or ascending from 0"),
     (r"507033|driver", "host driver and CANN do not fit: provision audit names the driver this CANN needs"),
     (r"config: precision", "set precision: auto (bf16 where the chip has it, else fp16 with loss scaling; fp32 on CPU)"),
@@ -120,6 +120,9 @@ class SelfTest:
             ("train-steps", self.check_train_steps),
         ]
         for name, fn in steps:
+            if self.results and self.results[0].status == "fail":
+                self.results.append(Result(name, "n/a", "skipped: the npu check failed", rank=self.world.rank))
+                continue
             if name == "all-reduce" and self.dev is not None:
                 self._tiny_model_dir_only()
             start = time.perf_counter()
@@ -144,7 +147,10 @@ class SelfTest:
         self.dev = devmod.detect(self.world.local_rank, self.cfg.npu_jit_compile)
         self.prec = devmod.choose_precision(self.cfg.precision, self.dev)
         if self.dev.type != "npu":
-            return Result("npu", "n/a", _why_no_npu(self.dev))
+            if not devmod.cann_present():
+                return Result("npu", "n/a", f"no CANN toolkit in this container: running on {self.dev.type}")
+            # An image with CANN expects a chip: say why torch_npu has none.
+            raise RuntimeError(_why_no_npu())
         import torch
 
         fam = self.dev.soc_family
@@ -358,12 +364,16 @@ def _examples(lengths: list[int], seed: int) -> list[Any]:
     return out
 
 
-def _why_no_npu(dev: Any) -> str:
-    from provisioner.train import device as devmod
+def _why_no_npu() -> str:
+    try:
+        import torch
+        import torch_npu  # noqa: F401
 
-    if not devmod.cann_present():
-        return f"no CANN toolkit in this container: running on {dev.type}"
-    return f"CANN is set up but torch_npu sees no chip: running on {dev.type}"
+        count = torch.npu.device_count()
+    except Exception as exc:  # noqa: BLE001 - the reason is the answer
+        return f"CANN is set up but torch_npu does not load: {type(exc).__name__}: {exc}"
+    shown = os.environ.get("ASCEND_RT_VISIBLE_DEVICES", "<unset>")
+    return f"CANN is set up but torch_npu sees no NPU ({count} visible, ASCEND_RT_VISIBLE_DEVICES={shown})"
 
 
 def _sync(dev: Any) -> None:

@@ -83,6 +83,17 @@ def test_first_generation_910_with_a_config_it_cannot_run(tmp_path):
     assert "loss scale" in checks(doc)["train-steps"]["detail"]
 
 
+def test_an_npu_image_without_a_visible_chip_fails_with_the_fix(tmp_path):
+    code, doc, out = run_selftest(tmp_path, 1, npu_fake.env(tmp_path, ASCEND_RT_VISIBLE_DEVICES="3"))
+    assert code == 1, out[-3000:]
+    c = checks(doc)
+    assert c["npu"]["status"] == "fail"
+    assert c["npu"]["error"] == ("RuntimeError: CANN is set up but torch_npu sees no NPU (0 visible, "
+                                 "ASCEND_RT_VISIBLE_DEVICES=3)")
+    assert c["npu"]["fix"].startswith("the chip is not visible: map it")
+    assert all(c[k]["detail"] == "skipped: the npu check failed" for k in selftest.CHECKS[1:])
+
+
 def test_bad_config_is_one_line_and_exit_2(tmp_path):
     config = write_config(tmp_path / "train.yaml", precision="fp8")
     code, doc, out = run_selftest(tmp_path, 1, cpu_env(tmp_path), "--config", str(config))
