@@ -122,7 +122,9 @@ try:
     avg = None
 except RuntimeError as exc:
     avg = str(exc)
-print(json.dumps({"rank": rank, "sum": t.cpu().tolist(), "backend": dist.get_backend(), "avg": avg}))
+doc = {"rank": rank, "sum": t.cpu().tolist(), "backend": dist.get_backend(), "avg": avg}
+with open(os.path.join(os.environ["OUT_DIR"], f"rank{rank}.json"), "w") as fh:  # not stdout: lines interleave
+    json.dump(doc, fh)
 dist.destroy_process_group()
 """
 
@@ -131,12 +133,11 @@ dist.destroy_process_group()
 def test_hccl_backend_reduces_npu_tensors_across_processes(tmp_path):
     script = tmp_path / "hccl.py"
     script.write_text(HCCL)
-    env = npu_fake.env(tmp_path, count=2)
+    env = npu_fake.env(tmp_path, count=2, OUT_DIR=tmp_path)
     proc = npu_fake.run(["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script)],
                         env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    docs = sorted((json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")),
-                  key=lambda d: d["rank"])
+    docs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [d["sum"] for d in docs] == [[3.0] * 4, [3.0] * 4] and {d["backend"] for d in docs} == {"hccl"}
     assert all("Unsupported ReduceOp AVG" in d["avg"] for d in docs)
 
