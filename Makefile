@@ -34,11 +34,14 @@ engine:
 test: venv engine
 	$(IMAGE_ENV) $(BIN)/python -m pytest -q
 
+# No engine, no root: real-engine and mknod tests are left to `make test`.
 unit: venv
-	$(BIN)/python -m pytest -q -m "not docker and not slow"
+	$(BIN)/python -m pytest -q -m "not docker and not slow and not mknod"
 
+# ruff on everything, mypy on the whole package (settings in pyproject.toml).
 lint: venv
 	$(BIN)/ruff check provisioner tests benchmarks
+	$(BIN)/mypy
 
 demo: venv engine
 	$(IMAGE_ENV) $(BIN)/python -m provisioner.demo

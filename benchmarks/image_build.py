@@ -32,14 +32,13 @@ CARD = "300T-A2"
 
 def _context(base: str, project_root: Path | None):
     from provisioner.image import recipes, render
-    from provisioner.matrix import cache
-    from provisioner.matrix import loader as matrix
+    from provisioner.matrix import loader
     from provisioner.matrix.yamlio import load
-    from provisioner.resolve import request
+    from provisioner.resolve import cached, request
 
-    m = matrix.load([str(OVERLAY)])
+    m = loader.load([str(OVERLAY)])
     torch = m.torch_npu(load(OVERLAY)["torch_npu"][0]["wheel"])["torch"]
-    stack = cache.cached_resolve(m, request.build(m, card=CARD, torch=torch, base_image=base))
+    stack = cached.cached_resolve(m, request.build(m, card=CARD, torch=torch, base_image=base))
     return render.render(m, stack, recipes.choose(stack), project_root=project_root)
 
 
@@ -49,8 +48,10 @@ def _edited_copy(tmp: Path) -> Path:
     return edited_project_copy(tmp / "src", f"benchmark {time.time()}")
 
 
-def _du(client, tag: str, paths: list[str]) -> int:
-    out = client.containers.run(tag, ["du", "-sbc", *paths], remove=True, entrypoint=[], network_mode="host")
+def _du(engine, tag: str, paths: list[str]) -> int:
+    code, out, err = engine.run(tag, ["du", "-sbc", *paths], entrypoint=[], network="host")
+    if code != 0:
+        raise SystemExit(f"du in {tag} failed ({code}): {err.decode()[-400:]}")
     return int(out.decode().strip().splitlines()[-1].split()[0])
 
 
@@ -79,20 +80,20 @@ def main() -> int:
         rebuild = build.build(ctx, build.BuildOptions(**opts), out=log, live=False)
     rebuilt_steps = [s for s in rebuild.steps if not s["cached"] and not s["instruction"].startswith("FROM")]
 
-    client = build.client()
-    image = client.images.get(rebuild.tag)
-    base = client.images.get(args.base)
-    installed = _du(client, rebuild.tag, ["/opt/venv", "/etc/provision", "/etc/profile.d/provision-cann.sh",
+    engine = build.connect()
+    image = engine.image(rebuild.tag)
+    base = engine.image(args.base)
+    installed = _du(engine, rebuild.tag, ["/opt/venv", "/etc/provision", "/etc/profile.d/provision-cann.sh",
                                           "/usr/local/bin/provision-entrypoint"])
     # Put the image back on this project's real tree.
     build.build(_context(args.base, None), build.BuildOptions(**opts), out=log, live=False)
 
     ratio_time = rebuild.seconds / cold.seconds
-    ratio_size = image.attrs["Size"] / (base.attrs["Size"] + installed)
+    ratio_size = image.size / (base.size + installed)
     result = {
         "cold_build_s": round(cold.seconds, 1), "rebuild_s": round(rebuild.seconds, 1),
         "rebuild_over_cold": round(ratio_time, 4), "rebuilt_steps": [s["instruction"][:60] for s in rebuilt_steps],
-        "image_bytes": image.attrs["Size"], "base_bytes": base.attrs["Size"], "installed_bytes": installed,
+        "image_bytes": image.size, "base_bytes": base.size, "installed_bytes": installed,
         "image_over_base_plus_installed": round(ratio_size, 4),
     }
     print(f"cold build            {cold.seconds:8.1f} s")

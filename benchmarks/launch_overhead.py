@@ -42,7 +42,7 @@ def provision() -> list[str]:
 def commands(image: str, host, bench: Path, nproc: int, marker: str) -> tuple[list[str], list[str]]:
     from provisioner.devices import plan as devices
     from provisioner.devices import runline
-    from provisioner.matrix import loader as matrix
+    from provisioner.matrix import loader
 
     spec = f"0-{nproc - 1}"
     launch = provision() + [
@@ -50,7 +50,7 @@ def commands(image: str, host, bench: Path, nproc: int, marker: str) -> tuple[li
         "--image", image, *CPU_ENV, "-v", f"{bench}:/bench:ro", "--script", "/bench/first_step.py", "--", marker,
     ]
     # What a person writes from `provision run-cmd`'s output: the same nodes, mounts and variables.
-    plan = devices.plan(matrix.load(), devices.Options(card="300T-A2", devices=spec, root=str(host.root),
+    plan = devices.plan(loader.load(), devices.Options(card="300T-A2", devices=spec, root=str(host.root),
                                                        dev_root=str(host.dev_root), engine_skipped="benchmark"))
     job = ["torchrun", "--nproc-per-node", str(nproc), "--standalone", "/bench/first_step.py", marker]
     argv = runline.argv(plan, image, job)
@@ -115,7 +115,7 @@ def main() -> int:
     compileall.compile_dir(os.path.dirname(provisioner.__file__), quiet=1)
     image, driver = pick_image(args.image)
     with tempfile.TemporaryDirectory(prefix="launch-bench-") as tmp:
-        host = hosts.materialize("plan-300ta2-4", Path(tmp), null_numbers=True)
+        host = hosts.materialize("plan-300ta2-4", Path(tmp), nodes="mknod", null_numbers=True)
         info = host.root / "usr/local/Ascend/driver/version.info"
         info.write_text(re.sub(r"(?m)^Version=.*$", f"Version={driver}", info.read_text()))
         bench = Path(tmp) / "bench"

@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from provisioner.host import fakehost
 from tests.helpers import hosts
 
 # docker_client, base_image, wheelhouse, provision_image, run_in_image: shared engine fixtures.
@@ -20,11 +21,12 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
 
 @pytest.fixture
 def fake_host(tmp_path):
-    """fake_host(name, null_numbers=False) -> FakeHost with root/ and dev/ under tmp_path."""
+    """fake_host(name, null_numbers=False) -> FakeHost with root/ and dev/ under tmp_path and real device nodes
+    (mknod, needs root): for tests that hand the nodes to a real container engine."""
     if os.geteuid() != 0:
-        pytest.fail("fake hosts need root to mknod device nodes")
+        pytest.fail("real device nodes need root (mknod); unit tests use simulated hosts")
 
-    def make(name: str, null_numbers: bool = False) -> hosts.FakeHost:
-        return hosts.materialize(name, tmp_path, null_numbers=null_numbers)
+    def make(name: str, null_numbers: bool = False) -> fakehost.FakeHost:
+        return hosts.materialize(name, tmp_path, nodes="mknod", null_numbers=null_numbers)
 
     return make

@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from provisioner.errors import ProvisionError
+from provisioner.text import one_line
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -40,7 +41,7 @@ def run(argv: list[str] | None = None) -> int:
         click.echo("provision: aborted", err=True)
         return 130
     except click.ClickException as exc:
-        click.echo(f"provision: error: {_one_line(exc.format_message())}", err=True)
+        click.echo(f"provision: error: {one_line(exc.format_message())}", err=True)
         return 2
     except KeyboardInterrupt:
         click.echo("provision: interrupted", err=True)
@@ -48,8 +49,4 @@ def run(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     return rv if isinstance(rv, int) else 0
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
 

@@ -53,13 +53,13 @@ def audit_cmd(root, dev_root, card, task, mode, image, npu_smi_output, npu_smi_t
     from provisioner.errors import ProvisionError
     from provisioner.host import audit, audit_report
     from provisioner.host import probe as host
-    from provisioner.matrix import loader as matrix
+    from provisioner.matrix import loader
 
     _check_root(root, dev_root)
     for item in npu_smi_output:
         if not Path(item).is_file():
             raise ProvisionError(f"--npu-smi-output {item}: no such file")
-    m = matrix.load(list(overlays))
+    m = loader.load(list(overlays))
     if card:
         m.lookup_card(card)
     options = audit.AuditOptions(card=card, task=task, mode=mode, image=image)
@@ -94,10 +94,10 @@ def doctor_cmd(root, dev_root, stack_file, timeout, overlays, as_json):
     on a machine with no NPU.
     """
     from provisioner.host import audit_report, doctor
-    from provisioner.matrix import loader as matrix
+    from provisioner.matrix import loader
 
     _check_root(root, dev_root)
-    m = matrix.load(list(overlays))
+    m = loader.load(list(overlays))
     result = doctor.run(root, dev_root, stack_file=stack_file, matrix=m, timeout=timeout)
     if as_json:
         emit_json(result)

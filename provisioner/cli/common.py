@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from provisioner.cli.options import JSON, MATRIX, RESOLVE, RESOLVE_KEYS, Opt, pop_resolve  # noqa: F401 (re-exported)
-from provisioner.cli.text import emit_json, table  # noqa: F401 (re-exported)
+from provisioner.cli.text import emit_json, refused_doc
 
 
 def _click_option(opt: Opt, **extra):
@@ -28,3 +28,12 @@ def resolve_options(f):
     for opt in reversed(RESOLVE):
         f = _click_option(opt)(f)
     return matrix_option(f)
+
+
+def refuse(schema: str, exc, as_json: bool) -> int:
+    """A refusal with reasons (PlanRefused): the refused document and exit 2 with --json, else `exc` is raised
+    (one line on stderr)."""
+    if as_json:
+        emit_json(refused_doc(schema, exc.reasons))
+        return 2
+    raise exc

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from provisioner.cli.common import emit_json, json_option, matrix_option
+from provisioner.cli.common import emit_json, json_option, matrix_option, refuse
 
 RUN_SCHEMA = "provision.run-cmd/1"
 CDI_SCHEMA = "provision.cdi/1"
@@ -78,15 +78,22 @@ def _launch_options(f, node_rank: bool = True):
     return f
 
 
-def plan_options(matrix, kw: dict, **extra):
+def multi_node(kw: dict):
+    """The --nnodes / --node-rank / --master-addr / --master-port options as a devices.plan.MultiNode."""
     from provisioner.devices import plan as devices
 
-    multi = devices.MultiNode(
+    return devices.MultiNode(
         nnodes=kw.get("nnodes") or 1,
         node_rank=kw.get("node_rank") or 0,
         master_addr=kw.get("master_addr"),
         master_port=str(kw["master_port"]) if kw.get("master_port") else None,
     )
+
+
+def plan_options(matrix, kw: dict, **extra):
+    from provisioner.devices import plan as devices
+
+    multi = multi_node(kw)
     task = kw.get("task") or matrix.policy.get("default_task", "train")
     return devices.Options(
         card=kw["card"],
@@ -103,13 +110,6 @@ def plan_options(matrix, kw: dict, **extra):
         hccl_exec_timeout=kw.get("hccl_exec_timeout"),
         **extra,
     )
-
-
-def _refused(schema: str, exc, as_json: bool) -> int:
-    if as_json:
-        emit_json({"schema": schema, "status": "refused", "reasons": exc.reasons})
-        return 2
-    raise exc
 
 
 def _write(path: str, text: str) -> None:
@@ -186,12 +186,10 @@ def run_cmd(overlays, as_json, image, command, mode, user, name, rank_table, sta
     """
     from provisioner.devices import enginefacts, runline
     from provisioner.devices import plan as devices
-    from provisioner.errors import ProvisionError
-    from provisioner.matrix import loader as matrix
+    from provisioner.matrix import loader
 
-    m = matrix.load(list(overlays or ()))
-    if kw["nnodes"] > 1 and not kw.get("master_addr"):
-        raise ProvisionError("--nnodes > 1 needs --master-addr (the IP or name of node rank 0)")
+    m = loader.load(list(overlays or ()))
+    multi_node(kw).require_master()
     stack = _load_stack(stack_file) if stack_file else None
     facts, skipped, notes = None, None, []
     if no_engine:
@@ -216,7 +214,7 @@ def run_cmd(overlays, as_json, image, command, mode, user, name, rank_table, sta
     try:
         plan = devices.plan(m, opts)
     except devices.PlanRefused as exc:
-        return _refused(RUN_SCHEMA, exc, as_json)
+        return refuse(RUN_SCHEMA, exc, as_json)
     if notes:
         from dataclasses import replace
 
@@ -245,15 +243,15 @@ def cdi_cmd(overlays, as_json, output, fmt, **kw):
     """Write a CDI spec (kind ascend.com/npu) so `--device ascend.com/npu=0` works in Docker >= 25 and Podman."""
     from provisioner.devices import cdi
     from provisioner.devices import plan as devices
-    from provisioner.matrix import loader as matrix
+    from provisioner.matrix import loader
 
-    m = matrix.load(list(overlays or ()))
+    m = loader.load(list(overlays or ()))
     opts = plan_options(m, kw, check_in_use=False)
     opts.task = None
     try:
         plan = devices.plan(m, opts)
     except devices.PlanRefused as exc:
-        return _refused(CDI_SCHEMA, exc, as_json)
+        return refuse(CDI_SCHEMA, exc, as_json)
     fmt = fmt or ("json" if output and output.endswith(".json") else "yaml")
     text = cdi.render(plan, fmt)
     if output:
@@ -286,14 +284,14 @@ def k8s_cmd(overlays, as_json, image, command, volcano, name, namespace, config,
     """
     from provisioner.devices import k8s
     from provisioner.devices import plan as devices
-    from provisioner.matrix import loader as matrix
+    from provisioner.matrix import loader
 
-    m = matrix.load(list(overlays or ()))
+    m = loader.load(list(overlays or ()))
     opts = plan_options(m, kw, check_in_use=False)
     try:
         plan = devices.plan(m, opts)
     except devices.PlanRefused as exc:
-        return _refused(K8S_SCHEMA, exc, as_json)
+        return refuse(K8S_SCHEMA, exc, as_json)
     docs = k8s.manifests(plan, image, list(command), name=name, volcano=volcano, config=config, namespace=namespace)
     text = k8s.render(docs, plan, volcano)
     if output:
@@ -320,11 +318,12 @@ def ranktable_cmd(overlays, as_json, host_roots, host_ips, container_ips, device
     """Write an HCCL rank table (hccl.json, version 1.0) from each host's /etc/hccn.conf."""
     import json
 
-    from provisioner.devices import devspec, ranktable
+    from provisioner import chipids
+    from provisioner.devices import ranktable
     from provisioner.errors import ProvisionError
-    from provisioner.matrix import loader as matrix
+    from provisioner.matrix import loader
 
-    m = matrix.load(list(overlays or ()))
+    m = loader.load(list(overlays or ()))
     for flag, values in (("--host-ip", host_ips), ("--container-ip", container_ips)):
         if values and len(values) != len(host_roots):
             raise ProvisionError(f"{flag} given {len(values)} times for {len(host_roots)} --host-root; give one per host")
@@ -333,7 +332,7 @@ def ranktable_cmd(overlays, as_json, host_roots, host_ips, container_ips, device
         ranktable.Host(root, host_ips[n] if host_ips else None, container_ips[n] if container_ips else None)
         for n, root in enumerate(host_roots)
     ]
-    table = ranktable.build(hosts, devspec.parse(devices), version, ranktable.hccn_conf_path(m))
+    table = ranktable.build(hosts, chipids.parse(devices), version, ranktable.hccn_conf_path(m))
     text = json.dumps(table, indent=4) + "\n"
     if output:
         _write(output, text)

@@ -50,17 +50,19 @@ def try_resolve(args: list[str]) -> int | None:
         return None
     from provisioner.cli import text
     from provisioner.cli.options import pop_resolve
-    from provisioner.resolve import request
+    from provisioner.resolve.cached import stack_for
 
     as_json = values.pop("as_json")
     overlays = values.pop(MATRIX.dest, ())
     options = pop_resolve({o.dest: values.get(o.dest, () if o.multiple else None) for o in RESOLVE})
     try:
-        _, stack = request.stack_for(overlays, options)
+        _, stack = stack_for(overlays, options)
     except Exception:  # noqa: BLE001 - refusals and errors are told by the click path
         return None
     if as_json:
         text.emit_json({"schema": text.RESOLVE_SCHEMA, "status": "ok", "stack": stack})
     else:
-        print(text.format_stack(stack))
+        from provisioner.resolve.report import format_stack
+
+        print(format_stack(stack))
     return 0

@@ -32,7 +32,7 @@ def _prepare(overlays, kwargs: dict):
     """Resolve the stack for the recipe and render the context (in memory)."""
     from provisioner.errors import ProvisionError, ResolveError
     from provisioner.image import recipes, render
-    from provisioner.resolve.request import stack_for
+    from provisioner.resolve.cached import stack_for
 
     recipe_name = kwargs.pop("recipe")
     gid, uid = kwargs.pop("user_gid"), kwargs.pop("user_uid")

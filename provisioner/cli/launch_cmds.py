@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from provisioner.cli.common import emit_json, json_option
+from provisioner.cli.common import emit_json, json_option, refuse
 from provisioner.cli.device_cmds import host_options, launch_options
 
 LAUNCH_SCHEMA = "provision.launch/1"
@@ -61,31 +61,26 @@ def launch_cmd(overlays, as_json, image, check, check_only, selftest, module, sc
     import os
     import sys
 
-    from provisioner.cli.device_cmds import plan_options
+    from provisioner.cli.device_cmds import multi_node, plan_options
     from provisioner.devices import plan as devices
-    from provisioner.errors import ProvisionError
     from provisioner.launch import run as launch
     from provisioner.launch import torchrun
-    from provisioner.matrix import loader as matrix
+    from provisioner.matrix import loader
 
     target = _target(module, script, exec_, check_only, args)
-    if kw["nnodes"] > 1 and not kw.get("master_addr"):
-        raise ProvisionError("--nnodes > 1 needs --master-addr (the IP or name of node rank 0)")
+    multi_node(kw).require_master()
     user_env = torchrun.parse_env(env, dict(os.environ))
     mounts = [torchrun.parse_volume(v) for v in volumes]
     extra_labels = launch.parse_labels(labels)
-    m = matrix.load(list(overlays or ()))
-    client = launch.connect()
+    m = loader.load(list(overlays or ()))
+    engine = launch.connect()
     try:
-        info = launch.inspect_image(client, image)
+        info = launch.inspect_image(engine, image)
         opts = plan_options(m, kw, user=user, rank_table=rank_table)
         try:
-            plan, notes = launch.plan_for(m, opts, info, mode)
+            plan, notes = launch.plan_for(m, opts, info, mode, engine=engine)
         except devices.PlanRefused as exc:
-            if as_json:
-                emit_json({"schema": LAUNCH_SCHEMA, "status": "refused", "reasons": exc.reasons})
-                return 2
-            raise
+            return refuse(LAUNCH_SCHEMA, exc, as_json)
         job = launch.Job(plan=plan, image=info, target=target, check=check or check_only, selftest=selftest,
                          selftest_args=target.trainer_config_args() if target else (), env=user_env,
                          volumes=mounts, workdir=workdir, network=network, init=not no_init, keep=keep, name=name,
@@ -94,9 +89,9 @@ def launch_cmd(overlays, as_json, image, check, check_only, selftest, module, sc
         if not as_json:
             for note in job.notes + plan.notes:
                 click.echo(f"# note: {note}", err=True)
-        doc = launch.run(job, client, out=out, err=err)
+        doc = launch.run(job, engine, out=out, err=err)
     finally:
-        client.close()
+        engine.close()
     if as_json:
         emit_json(doc)
     else:

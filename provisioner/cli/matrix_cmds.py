@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import click
 
-from provisioner.cli.common import emit_json, json_option, matrix_option, pop_resolve, resolve_options, table
-from provisioner.cli.text import RESOLVE_SCHEMA, format_stack
+from provisioner.cli.common import emit_json, json_option, matrix_option, pop_resolve, resolve_options
+from provisioner.cli.text import RESOLVE_SCHEMA, refused_doc
 from provisioner.errors import ResolveError
+from provisioner.resolve.report import format_stack
+from provisioner.text import table
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
+    from provisioner.shapes import Stack
 
 
 def register(group: click.Group) -> None:
@@ -27,7 +36,7 @@ def resolve_cmd(overlays, as_json, **kwargs):
     Impossible requests are refused (exit code 2) with the reasons and the
     nearest valid stacks.
     """
-    from provisioner.resolve.request import stack_for
+    from provisioner.resolve.cached import stack_for
 
     options = pop_resolve(kwargs)
     try:
@@ -46,13 +55,7 @@ def _refused(exc: ResolveError, options: dict, as_json: bool) -> int:
     if options.get("profile"):
         known_good = _fixed_by(options)
     if as_json:
-        emit_json({
-            "schema": RESOLVE_SCHEMA,
-            "status": "refused",
-            "reasons": exc.reasons,
-            "alternatives": exc.alternatives,
-            "known_good": known_good,
-        })
+        emit_json(refused_doc(RESOLVE_SCHEMA, exc.reasons, alternatives=exc.alternatives, known_good=known_good))
         return 2
     click.echo(f"provision: refused: {exc.reasons[0]}", err=True)
     for reason in exc.reasons[1:]:
@@ -78,23 +81,23 @@ def relaxed_label(alt: dict) -> str:
     return "; ".join(parts)
 
 
-def _fixed_by(options: dict) -> dict | None:
-    from provisioner.matrix import loader as matrix
+def _fixed_by(options: dict) -> Stack | None:
+    from provisioner.matrix import loader
     from provisioner.resolve import request
-    from provisioner.resolve import solve as resolve
+    from provisioner.resolve.cached import cached_resolve
 
-    m = matrix.load()
+    m = loader.load()
     prof = m.profile(options["profile"])
     if not prof.get("fixed_by"):
         return None
     req = request.build(m, profile=prof["fixed_by"], arch=options.get("arch"))
     try:
-        return resolve.resolve(m, req)
+        return cached_resolve(m, req)
     except ResolveError:
         return None
 
 
-def summary(stack: dict) -> str:
+def summary(stack: Mapping[str, Any]) -> str:
     from provisioner.resolve.stack import summary as parts
 
     return f"{parts(stack)}, {stack['dtype']['compute']} ({stack['base_image']['ref']})"
@@ -137,9 +140,9 @@ def matrix_cmd(ctx, card, sections, overlays, as_json):
     """
     if ctx.invoked_subcommand is not None:
         return 0
-    from provisioner.matrix import loader as matrix_mod
+    from provisioner.matrix import loader
 
-    m = matrix_mod.load(list(overlays))
+    m = loader.load(list(overlays))
     data = {k: v for k, v in m.data.items() if k != "policy"}
     family = None
     if card:

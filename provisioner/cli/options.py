@@ -3,6 +3,8 @@ fast path of `provision resolve` (provisioner/cli/fast.py) read one table."""
 
 from __future__ import annotations
 
+from provisioner.arch import ALIASES as ARCH_ALIASES
+
 
 class Opt:
     """One option: its flag, the keyword it fills, help text, allowed values, repeatable or not.
@@ -26,7 +28,7 @@ RESOLVE = (
     Opt("--mindspore", "mindspore", "MindSpore version (implies --framework mindspore)."),
     Opt("--python", "python", "Python version inside the image, e.g. 3.10."),
     Opt("--with", "extras", "Extras: apex, mindspeed-llm, deepspeed (comma-separated or repeated).", multiple=True),
-    Opt("--arch", "arch", "Target CPU architecture (default: this machine's).", ("x86_64", "aarch64", "amd64", "arm64")),
+    Opt("--arch", "arch", "Target CPU architecture (default: this machine's).", tuple(ARCH_ALIASES)),
     Opt("--driver", "driver", "The host's HDK driver version, e.g. 24.1.rc3: only CANN releases it supports are chosen."),
     Opt("--os", "os_", "Container OS of the base image: ubuntu22.04, openeuler24.03, ..."),
     Opt("--dtype", "dtype", "Training precision to check against the chip.", ("bf16", "fp16", "fp32")),

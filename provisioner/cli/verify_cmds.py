@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from provisioner.cli.common import emit_json, json_option, matrix_option, table
+from provisioner.cli.common import emit_json, json_option, matrix_option
+from provisioner.text import table
 
 ONLINE_HELP = ("Read the live index pip is configured for (index URL, proxy, CA bundle, trusted hosts: pip config"
                " and PIP_* variables) instead of the recorded snapshot.")

@@ -16,11 +16,14 @@ CARD = "300T-A2"
 
 def _demo_torch() -> str:
     """The torch line of the overlay's torch_npu wheel (versions stay in data, not in this file)."""
-    from provisioner.matrix import loader as matrix
+    from provisioner.matrix import loader
     from provisioner.matrix.yamlio import load
 
     wheel = load(OVERLAY)["torch_npu"][0]["wheel"]
-    return matrix.load([str(OVERLAY)]).torch_npu(wheel)["torch"]
+    row = loader.load([str(OVERLAY)]).torch_npu(wheel)
+    if row is None:
+        raise SystemExit(f"demo: {OVERLAY.name} names torch_npu {wheel}, which the matrix does not load")
+    return row["torch"]
 
 
 def image_steps() -> str:
@@ -50,11 +53,12 @@ def image_steps() -> str:
     print(f"\n=== The stack the image carries (label org.provision.stack of {tag})", flush=True)
     print(f"$ docker image inspect {tag} --format '{{{{index .Config.Labels \"org.provision.stack\"}}}}'", flush=True)
 
-    from provisioner.cli.text import format_stack
-    from provisioner.image.build import client
+    from provisioner.image.build import connect
     from provisioner.image.labels import STACK_LABEL, stack_from_labels
+    from provisioner.resolve.report import format_stack
 
-    labels = client().images.get(tag).labels
+    with connect() as eng:
+        labels = eng.image(tag).labels
     stack = stack_from_labels(labels, tag)
     print(format_stack(stack))
     for key in sorted(k for k in labels if k != STACK_LABEL):

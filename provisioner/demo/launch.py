@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import stat
 import tempfile
 from pathlib import Path
 
@@ -15,68 +14,41 @@ LAUNCH_CHIPS = 2
 SIM_ID = 1000  # uid/gid of the simulated host's driver account
 
 
-def simulated_host(base: Path, image_stack: dict | None, chips: int = LAUNCH_CHIPS) -> tuple[Path, Path]:
-    """A host root and dev root for LAUNCH_CARD: chip and manager nodes made with mknod (needs root).
+def simulated_host(base: Path, image_stack: dict | None, chips: int = LAUNCH_CHIPS,
+                   nodes: str = "mknod") -> tuple[Path, Path]:
+    """A host root and dev root for LAUNCH_CARD (provisioner.host.fakehost.card_host).
 
-    Node names come from the card's device family in matrices/devices.yaml; every
-    node gets /dev/null's numbers, so a container can open it and nothing real is
-    touched. The root holds an empty driver tree; its version.info names the
-    driver the image's stack is paired with, when the image says.
+    Its driver/version.info names the driver the image's stack is paired with, when the image says. The
+    demo's containers open the nodes, so they are real (mknod, root) unless `nodes` says "simulated".
     """
-    from provisioner.host import hostfs
-    from provisioner.matrix import loader as matrix
+    from provisioner.host import fakehost
+    from provisioner.matrix import loader
 
-    m = matrix.load()
-    _, family, _ = m.lookup_card(LAUNCH_CARD)
-    dfam = next(r for r in m.rows("device_families") if r["id"] == family["device_family"])
-    dev = base / "dev"
-    dev.mkdir(parents=True)
-    names = [dfam["chip_node"].format(id=i) for i in range(chips)]
-    names += [row["name"] for row in dfam["nodes"] if row["need"] == "required"]
-    root = base / "root"
-    # The driver's run account owns the nodes (mode 0660) on real hosts; its gid varies by install.
-    user = hostfs.account(root)["user"]
-    (root / "etc").mkdir(parents=True)
-    (root / "etc" / "passwd").write_text(f"root:x:0:0::/root:/bin/sh\n{user}:x:{SIM_ID}:{SIM_ID}::/home/{user}:/bin/sh\n")
-    (root / "etc" / "group").write_text(f"root:x:0:\n{user}:x:{SIM_ID}:\n")
-    null = os.stat("/dev/null").st_rdev
-    for name in names:
-        os.mknod(dev / name, 0o660 | stat.S_IFCHR, null)
-        os.chown(dev / name, SIM_ID, SIM_ID)
-        os.chmod(dev / name, 0o660)  # mknod applies the umask
-    driver = root / hostfs.DRIVER_DIRS[0]
-    (driver / "lib64").mkdir(parents=True)
     paired = ((image_stack or {}).get("driver") or {}).get("paired") or []
-    (driver / "version.info").write_text(f"Version={paired[0]}\n" if paired else "")
-    install = "/" + str(Path(hostfs.DRIVER_DIRS[0]).parent)
-    (root / "etc" / "ascend_install.info").write_text(f"Driver_Install_Path_Param={install}\n")
-    (root / "usr" / "local" / "dcmi").mkdir(parents=True)
-    (root / "usr" / "local" / "bin").mkdir(parents=True)
-    npu_smi = root / "usr" / "local" / "bin" / "npu-smi"
-    npu_smi.write_text("#!/bin/sh\necho 'npu-smi: simulated host, no chips to report' >&2\nexit 1\n")
-    npu_smi.chmod(0o755)
-    return root, dev
+    host = fakehost.card_host(Path(base), loader.load(), LAUNCH_CARD, chips, driver=paired[0] if paired else None,
+                              account_id=SIM_ID, nodes=nodes)
+    return host.root, host.dev_root
 
 
 def _image_facts(image: str) -> tuple[dict | None, str | None]:
     """The image's stack label, and why the bundled trainer cannot run in it (None: it can)."""
     from provisioner import engine
+    from provisioner.engine.errors import EngineError, short
     from provisioner.image.labels import label_stack
 
+    probe = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('provisioner.train') else 3)"
     try:
-        client = engine.connect(60)
-        labels = (client.api.inspect_image(image).get("Config") or {}).get("Labels") or {}
-        probe = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('provisioner.train') else 3)"
-        try:
-            client.containers.run(image, ["python", "-c", probe], remove=True, network_mode="none",
-                                  environment={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
-            missing = None
-        except Exception as exc:  # noqa: BLE001 - docker's ContainerError: the probe's exit status
-            status = getattr(exc, "exit_status", None)
-            missing = "provisioner.train is not in the image yet" if status == 3 else f"python failed: {engine.short(exc)}"
-        client.close()
-    except Exception as exc:  # noqa: BLE001 - the launch step itself reports an absent engine or image
-        return None, f"cannot look into {image}: {engine.short(exc)}"
+        with engine.connect(60) as eng:
+            labels = eng.image(image).labels
+            status, _, err = eng.run(image, ["python", "-c", probe], network="none",
+                                     environment={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    except EngineError as exc:  # the launch step itself reports an absent engine or image
+        return None, f"cannot look into {image}: {short(exc)}"
+    missing = None
+    if status == 3:
+        missing = "provisioner.train is not in the image yet"
+    elif status != 0:
+        missing = f"python failed: {short(err.decode(errors='replace') or f'exit {status}')}"
     return label_stack(labels, image)[0], missing
 
 

@@ -1,21 +1,24 @@
-"""What the Docker engine knows that a device plan needs: which running
+"""What the container engine knows that a device plan needs: which running
 containers hold which chips, which runtimes are registered, an image's labels.
 
-The matching (`holders`) is pure and works on container-inspect dicts. `gather`
-asks the engine through the Docker SDK, imported lazily, with a short time-out;
-an unreachable engine is not an error: the facts say so and the planner notes it.
+The matching (`holders`) is pure and works on inspected containers
+(engine.types.ContainerInfo). `gather` asks an engine (provisioner.engine) with
+a short time-out; an unreachable engine is not an error: the facts say so and
+the planner notes it.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 
-from provisioner.image.labels import STACK_LABEL  # noqa: F401 (re-exported for the planner's callers)
+from provisioner import chipids
 
-_NAMED_ID = re.compile(r"^[A-Za-z][A-Za-z0-9]*-(\d+)$")
-_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from provisioner.engine.base import Engine
+    from provisioner.engine.types import ContainerInfo
+
 
 
 @dataclass(frozen=True)
@@ -31,7 +34,7 @@ class Holder:
 class EngineFacts:
     reachable: bool
     note: str = ""
-    containers: list[dict] = field(default_factory=list)  # inspect dicts of running containers
+    containers: list[ContainerInfo] = field(default_factory=list)  # the running containers, inspected
     runtimes: list[str] = field(default_factory=list)
     default_runtime: str | None = None
     image_labels: dict | None = None  # None: image not asked for or not found
@@ -43,29 +46,7 @@ def runtime_ids(value: str) -> list[int]:
 
     Unreadable pieces are skipped (the runtime would have refused the container).
     """
-    ids: set[int] = set()
-    for piece in (value or "").split(","):
-        piece = piece.strip()
-        if not piece or piece.lower() == "void":
-            continue
-        m = _RANGE.match(piece)
-        if m:
-            lo = int(m[1])
-            hi = int(m[2]) if m[2] else lo
-            ids.update(range(lo, hi + 1))
-            continue
-        m = _NAMED_ID.match(piece)
-        if m:
-            ids.add(int(m[1]))
-    return sorted(ids)
-
-
-def _env(inspect: dict, name: str) -> str | None:
-    for item in (inspect.get("Config") or {}).get("Env") or []:
-        key, sep, value = item.partition("=")
-        if sep and key == name:
-            return value
-    return None
+    return chipids.read(value)[0]
 
 
 def _same_path(a: str, b: str) -> bool:
@@ -73,7 +54,7 @@ def _same_path(a: str, b: str) -> bool:
 
 
 def holders(
-    containers: list[dict],
+    containers: list[ContainerInfo],
     chip_paths: dict[int, str],
     runtime_name: str,
     runtime_env: str,
@@ -89,18 +70,14 @@ def holders(
     """
     out: dict[int, list[Holder]] = {}
     for c in containers:
-        name = (c.get("Name") or "").lstrip("/") or (c.get("Id") or "")[:12]
-        cid = (c.get("Id") or "")[:12]
-        host_cfg = c.get("HostConfig") or {}
-        for dev in host_cfg.get("Devices") or []:
-            src = dev.get("PathOnHost") or ""
+        for src in c.devices:
             for chip, path in chip_paths.items():
                 if src and _same_path(src, path):
-                    out.setdefault(chip, []).append(Holder(name, cid, "device"))
-        if runtime_applies and runtime_name in (host_cfg.get("Runtime") or "").lower():
-            for chip in runtime_ids(_env(c, runtime_env) or ""):
+                    out.setdefault(chip, []).append(Holder(c.name, c.short_id, "device"))
+        if runtime_applies and runtime_name in (c.runtime or "").lower():
+            for chip in runtime_ids(c.env.get(runtime_env) or ""):
                 if chip in chip_paths:
-                    out.setdefault(chip, []).append(Holder(name, cid, "runtime"))
+                    out.setdefault(chip, []).append(Holder(c.name, c.short_id, "runtime"))
     return {k: _dedup(v) for k, v in sorted(out.items())}
 
 
@@ -113,42 +90,40 @@ def _dedup(items: list[Holder]) -> list[Holder]:
     return out
 
 
-def privileged(containers: list[dict]) -> list[str]:
+def privileged(containers: list[ContainerInfo]) -> list[str]:
     """Names of running privileged containers: they can open every chip without mapping one."""
-    return sorted((c.get("Name") or "").lstrip("/") for c in containers if (c.get("HostConfig") or {}).get("Privileged"))
+    return sorted(c.name for c in containers if c.privileged)
 
 
-def gather(image: str | None = None, timeout: float = 3.0, want_containers: bool = True) -> EngineFacts:
-    """Ask the engine; never raises. ``image``: also read that local image's labels."""
-    from provisioner import engine
+def gather(image: str | None = None, timeout: float = 3.0, want_containers: bool = True,
+           engine: Engine | None = None) -> EngineFacts:
+    """Ask the engine (`engine`, else the one at DOCKER_HOST); never raises. ``image``: also read its labels."""
+    from provisioner import engine as engines
+    from provisioner.engine.errors import EngineError, EngineUnavailable, ImageNotFound, short
 
+    own = engine is None
     try:
-        client = engine.connect(timeout)
-    except engine.EngineUnavailable as exc:
-        return EngineFacts(False, note=f"no Docker engine reachable ({engine.short(exc, 120)})")
+        eng = engine if engine is not None else engines.connect(timeout)
+    except EngineUnavailable as exc:
+        return EngineFacts(False, note=f"no Docker engine reachable ({short(exc, 120)})")
     facts = EngineFacts(True)
     try:
-        info = client.info()
-        facts.runtimes = sorted((info.get("Runtimes") or {}).keys())
-        facts.default_runtime = info.get("DefaultRuntime")
+        info = eng.info()
+        facts.runtimes = list(info.runtimes)
+        facts.default_runtime = info.default_runtime
         if want_containers:
-            for summary in client.api.containers(filters={"status": "running"}):
-                try:
-                    facts.containers.append(client.api.inspect_container(summary["Id"]))
-                except Exception:  # noqa: BLE001 - it stopped between list and inspect
-                    continue
+            facts.containers = eng.containers()
         if image:
             try:
-                facts.image_labels = (client.api.inspect_image(image).get("Config") or {}).get("Labels") or {}
-            except Exception:  # noqa: BLE001 - not pulled or built here
+                facts.image_labels = eng.image(image).labels
+            except ImageNotFound:
                 facts.image_note = f"image {image} is not in the local engine; its stack label was not read"
-    except Exception as exc:  # noqa: BLE001
+    except EngineUnavailable as exc:
+        facts = EngineFacts(False, note=f"no Docker engine reachable ({short(exc, 120)})")
+    except EngineError as exc:
         facts.reachable = False
-        facts.note = f"Docker engine stopped answering ({engine.short(exc, 120)})"
+        facts.note = f"Docker engine stopped answering ({short(exc, 120)})"
     finally:
-        try:
-            client.close()
-        except Exception:  # noqa: BLE001
-            pass
+        if own:
+            eng.close()
     return facts
-

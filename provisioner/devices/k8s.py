@@ -32,7 +32,9 @@ def _quantity(size: str) -> str:
 
 
 def _volumes(plan: DevicePlan) -> tuple[list[dict], list[dict]]:
-    volumes, mounts, used = [], [], {}
+    volumes: list[dict] = []
+    mounts: list[dict] = []
+    used: dict[str, int] = {}
     for m in plan.mounts:
         used[m.id] = used.get(m.id, 0) + 1
         name = m.id if used[m.id] == 1 else f"{m.id}-{used[m.id]}"
@@ -108,7 +110,7 @@ def manifests(
     n = plan.multi.nnodes
     if volcano:
         pod = _pod(plan, image, command, labels, VOLCANO_INDEX_FIELD, f"{name}-{TASK}-0.{name}")
-        plugins = {"env": [], "svc": []} if n > 1 else {"env": []}
+        plugins: dict[str, list] = {"env": [], "svc": []} if n > 1 else {"env": []}
         return [{
             "apiVersion": "batch.volcano.sh/v1alpha1",
             "kind": "Job",

@@ -16,9 +16,13 @@ import os
 import re
 from dataclasses import asdict, dataclass, field, replace
 
-from provisioner.devices import devspec
+from provisioner import chipids
 from provisioner.errors import ProvisionError
 from provisioner.host import hostfs
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from provisioner.devices.enginefacts import EngineFacts
 
 
 class PlanRefused(ProvisionError):
@@ -66,6 +70,11 @@ class MultiNode:
     node_rank: int = 0
     master_addr: str | None = None
     master_port: str | None = None
+
+    def require_master(self) -> None:
+        """Nodes that rendezvous themselves (docker run, launch) need node 0's address; Kubernetes names it."""
+        if self.nnodes > 1 and not self.master_addr:
+            raise ProvisionError("--nnodes > 1 needs --master-addr (the IP or name of node rank 0)")
 
 
 @dataclass(frozen=True)
@@ -152,7 +161,7 @@ class Options:
     rank_table: str | None = None  # host file mounted as RANK_TABLE_FILE
     stack: dict | None = None  # the image's Stack (label or --stack file)
     check_in_use: bool = True  # False for specs that describe the host, not one run (cdi, k8s)
-    engine: object | None = None  # enginefacts.EngineFacts, or None when not asked
+    engine: EngineFacts | None = None  # None when not asked
     engine_skipped: str | None = None  # why the engine was not asked
 
 
@@ -223,7 +232,7 @@ def plan(matrix, opts: Options) -> DevicePlan:
     runtime_env: list[tuple[str, str]] = []
     if opts.mode == "runtime":
         # The runtime maps the nodes itself; the plan still lists them (numbering, CDI, checks).
-        runtime_env.append((settings["runtime_devices_env"], devspec.format_ids(ids)))
+        runtime_env.append((settings["runtime_devices_env"], chipids.format_ids(ids)))
         runtime_env.extend(sorted(dfam.get("runtime_env", {}).items()))
 
     return DevicePlan(
@@ -278,16 +287,16 @@ def _chips(opts: Options, dfam: dict, container_dev: str, refusals: list[str]) -
     if not present:
         # Nothing else is worth listing: no chip nodes means no loaded driver (or the wrong --dev-root).
         if opts.devices.strip().lower() != "all":
-            devspec.parse(opts.devices)  # a malformed spec is still reported as such
+            chipids.parse(opts.devices)  # a malformed spec is still reported as such
         pattern = dfam["chip_node"].format(id="N")
         raise PlanRefused([f"no {pattern} device nodes under {opts.dev_root}: is the Ascend driver installed and loaded?"
                            " (--dev-root reads another place)"])
-    ids = devspec.parse(opts.devices, sorted(present))
+    ids = chipids.parse(opts.devices, sorted(present))
     missing = [i for i in ids if i not in present]
     if missing:
-        have = devspec.format_ids(sorted(present)) if present else "none"
+        have = chipids.format_ids(sorted(present)) if present else "none"
         refusals.append(
-            f"chip {devspec.format_ids(missing)} not found: {opts.dev_root} has no "
+            f"chip {chipids.format_ids(missing)} not found: {opts.dev_root} has no "
             f"{', '.join(dfam['chip_node'].format(id=i) for i in missing)} (chips present: {have})"
         )
     nodes = []
@@ -374,7 +383,7 @@ def _check_in_use(opts: Options, settings: dict, chip_nodes: list[Node], notes: 
         return
     # The runtime maps the host's real nodes, so its ids only count when the dev root is the real one.
     real_dev = os.path.realpath(opts.dev_root) == os.path.realpath(settings["container_dev"])
-    chip_paths = {n.chip: os.path.join(opts.dev_root, n.name) for n in chip_nodes}
+    chip_paths = {n.chip: os.path.join(opts.dev_root, n.name) for n in chip_nodes if n.chip is not None}
     held = enginefacts.holders(engine.containers, chip_paths, settings["runtime_name"], settings["runtime_devices_env"], real_dev)
     for chip, hs in held.items():
         names = ", ".join(f"'{h.name}' ({h.id}{', via the Ascend runtime' if h.how == 'runtime' else ''})" for h in hs)
@@ -487,7 +496,7 @@ def _check_range(name: str, value: str, bounds: str) -> None:
 
 
 def _check_stack(matrix, stack: dict, family: dict, host_driver: str | None, notes, refusals) -> dict:
-    from provisioner.resolve import solve as resolve
+    from provisioner.resolve import driverfit
 
     sid = stack.get("id", "?")
     chip = (stack.get("chip") or {}).get("family")
@@ -498,16 +507,16 @@ def _check_stack(matrix, stack: dict, family: dict, host_driver: str | None, not
     if not cann:
         notes.append(f"image stack {sid} names no CANN version; driver check skipped")
         return summary
-    row = matrix.cann(cann)
+    row, fit_matrix = driverfit.stack_row(matrix, stack)
     if row is None:
         notes.append(f"CANN {cann} of image stack {sid} is not in the matrix; driver check skipped")
         return summary
     if not host_driver:
         notes.append("host driver version unknown (no driver/version.info); driver check skipped")
         return summary
-    fit = resolve.driver_fit(host_driver, row, matrix)
+    fit = driverfit.driver_fit(host_driver, row, fit_matrix)
     summary["driver_fit"] = fit
-    needs = (stack.get("driver") or {}).get("summary") or resolve.hdk_summary(row)
+    needs = (stack.get("driver") or {}).get("summary") or driverfit.needs(fit_matrix, row)[0]
     if fit == "no":
         refusals.append(f"image stack {sid} has CANN {cann}, which needs HDK driver {needs}; this host has {host_driver}")
     elif fit == "newer":

@@ -1,5 +1,6 @@
 """Render a DevicePlan for Docker: a commented, copy-pasteable `docker run` line,
-its argv, and the matching docker-py `containers.run` / `create` kwargs."""
+its argv, and the matching docker-py container-create keyword arguments (what
+`provision run-cmd --json` prints and provisioner.engine creates containers from)."""
 
 from __future__ import annotations
 
@@ -99,7 +100,7 @@ def shell(plan: DevicePlan, image: str, command: list[str] | None = None, name: 
 
 
 def docker_kwargs(plan: DevicePlan, image: str, command: list[str] | None = None, name: str | None = None) -> dict:
-    """Keyword arguments for docker-py `client.containers.run(**kw)` / `create(**kw)` (plain, JSON-able)."""
+    """Keyword arguments of docker-py's container create / run (plain, JSON-able; Engine.create takes them)."""
     kw: dict = {"image": image, "command": list(command) if command else None}
     if name:
         kw["name"] = name

@@ -2,30 +2,11 @@
 
 from __future__ import annotations
 
+from provisioner import chipids
 from provisioner.host.findings import ERROR, INFO, WARNING
+from provisioner.text import table
 
 _HEADINGS = ((ERROR, "Errors"), (WARNING, "Warnings"), (INFO, "Info"))
-
-
-def id_ranges(ids: list[int]) -> str:
-    """[0,1,2,3,5] -> '0-3,5'."""
-    out, start, prev = [], None, None
-    for n in sorted(ids) + [None]:
-        if start is None:
-            start = prev = n
-            continue
-        if n is not None and n == prev + 1:
-            prev = n
-            continue
-        out.append(f"{start}" if start == prev else f"{start}-{prev}")
-        start = prev = n
-    return ",".join(out)
-
-
-def _table(rows: list[list], headers: list[str]) -> str:
-    from provisioner.cli.common import table
-
-    return table(rows, headers)
 
 
 def findings_text(findings: list[dict], summary: dict, exit_code: int) -> list[str]:
@@ -70,7 +51,7 @@ def host_summary(host: dict) -> list[str]:
     smi = host.get("npu_smi") or {}
     src = smi.get("source")
     smi_text = {"run": f"ran {smi.get('path')}", "file": "read from --npu-smi-output", "absent": "not found",
-                "skipped": "not run"}.get(src, "not read")
+                "skipped": "not run"}.get(str(src), "not read")
     if smi.get("version"):
         smi_text = f"{smi['version']}, {smi_text}"
     rows.append(("npu-smi", smi_text))
@@ -85,7 +66,7 @@ def host_summary(host: dict) -> list[str]:
     ids = devs.get("davinci_ids") or []
     others = [n["name"] for n in devs.get("nodes", []) if not n["name"].startswith("davinci") or
               not n["name"][7:].isdigit()]
-    dev_text = ", ".join(([f"davinci{id_ranges(ids)}"] if ids else []) + others) or "none"
+    dev_text = ", ".join(([f"davinci{chipids.format_ids(ids)}"] if ids else []) + others) or "none"
     rows.append(("devices", dev_text))
     acct = host.get("account") or {}
     rows.append((acct.get("user") or "HwHiAiUser",
@@ -128,7 +109,7 @@ def chips_table(chips: list[dict]) -> str:
             f"{mem[0]} / {mem[1]}" if mem[1] else "-",
             ", ".join(str(p["pid"]) for p in c.get("processes") or []) or "-",
         ])
-    return _table(rows, ["NPU", "Chip", "Phy", "Name", "Family", "Health", "Power W", "Temp C", "Memory MB", "PIDs"])
+    return table(rows, ["NPU", "Chip", "Phy", "Name", "Family", "Health", "Power W", "Temp C", "Memory MB", "PIDs"])
 
 
 def render_audit(result: dict) -> str:

@@ -5,186 +5,27 @@ label), CANN libraries loadable, the host driver mapped in, NPU devices
 visible and numbered as expected, bf16, launch variables sane, /dev/shm.
 Same Finding format and exit codes as `provision audit`. With no NPU (a CPU
 machine, a build host) every missing part is reported honestly, never a crash.
-
-torch is never imported in this process: a child Python imports it (with
-TORCH_DEVICE_BACKEND_AUTOLOAD=0 when no CANN is present, since torch >= 2.5
-auto-loads torch_npu, which then fails on libhccl.so) and reports as JSON. A
-child that crashes, hangs or prints nonsense becomes a finding.
+The facts come from doctor_facts.py (torch only ever in a child process).
 """
 
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
-import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from provisioner.host import hostfs
-from provisioner.host import probe as host
+from provisioner import chipids
+from provisioner.host.doctor_facts import AUTOLOAD, DRIVER, INSTALL_INFO, STACK_ENV, STACK_FILE, gather
 from provisioner.host.findings import counts, error, exit_code, info, ordered, run_checks, warning
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from provisioner.matrix.loader import Matrix
+
 SCHEMA = "provision.doctor/1"
-STACK_FILE = "/etc/provision/stack.json"
-STACK_ENV = "PROVISION_STACK"
-STACK_FILE_ENV = "PROVISION_STACK_FILE"
-DRIVER = "/usr/local/Ascend/driver"
-INSTALL_INFO = "/etc/ascend_install.info"
-_MARK = "PROVISION-DOCTOR-PROBE:"
-AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"
-
-
-# ------------------------------------------------------------ torch probe
-
-
-def _probe_main() -> None:  # pragma: no cover - runs in the child process (tested through run())
-    """Import torch (and torch_npu) and print what works, as one JSON line."""
-    from importlib import metadata
-
-    out: dict = {"torch": {}, "torch_npu": {}, "npu": {}}
-    for dist, key in (("torch", "torch"), ("torch-npu", "torch_npu")):
-        try:
-            out[key]["dist_version"] = metadata.version(dist)
-            # Only the pin on torch itself (not torchvision, torch-xyz).
-            out[key]["requires"] = [r for r in (metadata.requires(dist) or [])
-                                    if re.match(r"torch(?![\w.-])", r.split(";")[0].strip())]
-        except metadata.PackageNotFoundError:
-            out[key]["dist_version"] = None
-    try:
-        import torch
-
-        out["torch"]["version"] = torch.__version__
-    except BaseException as exc:  # noqa: BLE001 - report any import failure
-        out["torch"]["import_error"] = f"{type(exc).__name__}: {exc}"
-        print(_MARK + json.dumps(out), flush=True)
-        return
-    if out["torch_npu"]["dist_version"]:
-        try:
-            import torch_npu  # noqa: F401
-
-            out["torch_npu"]["version"] = getattr(torch_npu, "__version__", None)
-        except BaseException as exc:  # noqa: BLE001
-            out["torch_npu"]["import_error"] = f"{type(exc).__name__}: {exc}"
-        else:
-            try:
-                out["npu"]["available"] = bool(torch.npu.is_available())
-                out["npu"]["count"] = int(torch.npu.device_count())
-                out["npu"]["cann"] = getattr(torch.version, "cann", None)
-                if out["npu"]["available"]:
-                    out["npu"]["bf16"] = bool(torch.npu.is_bf16_supported())
-                    out["npu"]["name"] = torch.npu.get_device_name(0)
-            except BaseException as exc:  # noqa: BLE001
-                out["npu"]["error"] = f"{type(exc).__name__}: {exc}"
-    print(_MARK + json.dumps(out), flush=True)
-
-
-def torch_probe(python: str, env: dict, cann_present: bool, timeout: float) -> dict:
-    child_env = dict(env)
-    if not cann_present and AUTOLOAD not in child_env:
-        child_env[AUTOLOAD] = "0"
-    code = "from provisioner.host.doctor import _probe_main; _probe_main()"
-    res = host.run_command([python, "-c", code], timeout, env=child_env)
-    facts: dict = {"autoload_disabled": child_env.get(AUTOLOAD) == "0", "python": python}
-    line = next((ln for ln in res["stdout"].splitlines() if ln.startswith(_MARK)), None)
-    if line is None:
-        tail = (res["stderr"] or res["stdout"]).strip().splitlines()
-        why = res["error"] or f"exit code {res['rc']}"
-        facts["error"] = f"the torch probe failed ({why})" + (f": {tail[-1][:200]}" if tail else "")
-        return facts
-    try:
-        facts.update(json.loads(line[len(_MARK):]))
-    except ValueError:
-        facts["error"] = "the torch probe printed unreadable output"
-    return facts
-
-
-# ------------------------------------------------------------------ facts
-
-
-def load_stack(root: Path, env: dict, stack_file: str | None) -> dict:
-    """The image's Stack: $PROVISION_STACK (JSON), else the stack file the build writes."""
-    if env.get(STACK_ENV):
-        try:
-            return {"source": f"${STACK_ENV}", "stack": json.loads(env[STACK_ENV]), "error": None}
-        except ValueError as exc:
-            return {"source": f"${STACK_ENV}", "stack": None, "error": f"not valid JSON ({exc})"}
-    path = stack_file or env.get(STACK_FILE_ENV) or STACK_FILE
-    data, err = hostfs.read_json(hostfs.under(root, path) if path.startswith("/") else path)
-    if data is None and err is None:
-        return {"source": None, "stack": None, "error": None}
-    if err is None and not isinstance(data, dict):
-        err = "not a JSON object"
-    return {"source": path, "stack": data if err is None else None, "error": err}
-
-
-def library_facts(root: Path, rows: list[dict], live: bool) -> list[dict]:
-    import ctypes
-
-    out = []
-    for row in rows:
-        found = [d for d in row["dirs"] if hostfs.under(root, d).joinpath(row["name"]).exists()]
-        rec = {"name": row["name"], "provided_by": row["provided_by"], "found_in": found, "loaded": None, "error": None}
-        if live:
-            try:
-                ctypes.CDLL(row["name"])
-                rec["loaded"] = True
-            except OSError as exc:
-                rec["loaded"] = False
-                rec["error"] = " ".join(str(exc).split())[:200]
-        out.append(rec)
-    return out
-
-
-def gather(root: str | Path = "/", dev_root: str | Path | None = None, env: dict | None = None,
-           stack_file: str | None = None, matrix=None, python: str | None = None, timeout: float = 180.0) -> dict:
-    root = Path(root)
-    env = os.environ if env is None else env
-    live = root.resolve() == Path("/")
-    dev = Path(dev_root) if dev_root is not None else host.default_dev_root(root)
-    facts: dict = {"root": str(root), "dev_root": str(dev), "live": live, "python": sys.version.split()[0]}
-    facts["in_container"] = (hostfs.under(root, "/.dockerenv").exists() or hostfs.under(root, "/run/.containerenv").exists()
-                             or "ASCEND_DOCKER_RUNTIME" in env)
-    facts["stack"] = load_stack(root, env, stack_file)
-    facts["cann"] = host.find_cann(root)
-    facts["driver"] = host.driver_facts(root)
-    facts["install_info"] = hostfs.under(root, INSTALL_INFO).is_file()
-    facts["devices"] = host.device_facts(dev)
-    for node in facts["devices"]["nodes"]:
-        node["accessible"] = os.access(node["path"], os.R_OK | os.W_OK) if live else None
-    rows = matrix.rows("audit_libraries") if matrix is not None else []
-    facts["libraries"] = library_facts(root, rows, live)
-    cann_present = bool(facts["cann"]) or any(r["loaded"] for r in facts["libraries"] if r["provided_by"] == "cann")
-    facts["cann_present"] = cann_present
-    facts["torch"] = torch_probe(python or sys.executable, env, cann_present, timeout)
-    facts["env"] = {k: env[k] for k in sorted(env) if k.startswith(("HCCL_", "ASCEND_", "GLOO_", AUTOLOAD))}
-    facts["shm"] = host.shm_facts(dev)
-    facts["summary"] = _summary(facts)
-    return facts
-
-
-def _summary(f: dict) -> dict:
-    t = f["torch"]
-    torch_v = (t.get("torch") or {}).get("version") or ("not importable" if (t.get("torch") or {}).get("dist_version")
-                                                          else "not installed")
-    npu = t.get("torch_npu") or {}
-    npu_v = npu.get("version") or npu.get("dist_version") or "not installed"
-    if npu.get("import_error"):
-        npu_v += " (import fails)"
-    ids = f["devices"]["davinci_ids"]
-    stack = (f["stack"] or {}).get("stack") or {}
-    return {
-        "python": f["python"],
-        "torch": torch_v,
-        "torch_npu": npu_v,
-        "CANN": ", ".join(f"{c['version']} ({c['kind']})" for c in f["cann"]) or "not found",
-        "driver": (f["driver"] or {}).get("version") or ("mapped, no version.info" if f["driver"] else "not mapped"),
-        "devices": ", ".join(f"davinci{i}" for i in ids) or "none",
-        "stack": f"{stack.get('id')} from {f['stack']['source']}" if stack else "no stack label",
-        "/dev/shm": f"{f['shm']['total_mb']} MB" if f.get("shm") else "not measured",
-    }
-
 
 # ------------------------------------------------------------------ checks
 
@@ -192,7 +33,7 @@ def _summary(f: dict) -> dict:
 @dataclass
 class DoctorContext:
     facts: dict
-    matrix: object
+    matrix: Matrix | None
     env: dict = field(default_factory=dict)
 
     @property
@@ -251,7 +92,7 @@ def check_torch(ctx: DoctorContext):
             yield error("torch-pair-mismatch", f"torch_npu {npu['dist_version']} is built for torch {row['torch']},"
                         f" but torch {torch['version']} is installed", f"pip install torch=={row['torch']}")
         elif pin or row:
-            basis = f"it requires {pin[0]}" if pin else f"the matrix pairs it with torch {row['torch']}"
+            basis = f"it requires {pin[0]}" if pin else f"the matrix pairs it with torch {(row or {}).get('torch')}"
             yield info("torch-pair-ok", f"torch {torch['version']} with torch_npu {npu['dist_version']} ({basis})")
         if npu.get("import_error"):
             cann_hint = ("CANN is missing in this container: build it FROM the official CANN base image"
@@ -305,7 +146,7 @@ def check_cann(ctx: DoctorContext):
 def check_libraries(ctx: DoctorContext):
     cann = bool(ctx.facts.get("cann"))
     for lib in ctx.facts.get("libraries") or []:
-        if lib["loaded"] is not False:
+        if lib["loaded"] is not False or ctx.matrix is None:  # without a matrix no library is listed
             continue
         row = next(r for r in ctx.matrix.rows("audit_libraries") if r["name"] == lib["name"])
         sev = {"error": error, "warning": warning, "info": info}[row["severity"]]
@@ -335,20 +176,13 @@ def check_driver(ctx: DoctorContext):
         yield warning("install-info-not-mapped", f"{INSTALL_INFO} is not mapped",
                       f"mount -v {INSTALL_INFO}:{INSTALL_INFO}:ro (torch_npu.utils.get_cann_version reads it)")
     if drv.get("version") and ctx.matrix is not None:
-        from provisioner.host.audit import _fit_findings
+        from provisioner.host.audit_driver import fit_findings
 
         for inst in ctx.facts.get("cann") or []:
             row = ctx.matrix.cann(inst["version"])
             if row is not None:
-                yield from _fit_findings("", drv["version"], inst["version"], row, ctx.matrix,
+                yield from fit_findings("", drv["version"], inst["version"], row, ctx.matrix,
                                          f"CANN {inst['version']} in this container", "")
-
-
-def _ids(text: str) -> list[int] | None:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        return None
 
 
 def check_devices(ctx: DoctorContext):
@@ -370,8 +204,8 @@ def check_devices(ctx: DoctorContext):
                     "run as root, or add the nodes' group (the host's HwHiAiUser gid) with --group-add")
     visible = ctx.env.get("ASCEND_VISIBLE_DEVICES")
     if visible:
-        want = _expand(visible)
-        if want is not None and want != ids:
+        want, unread = chipids.read(visible, names=False)  # names (npu-1) cannot be compared here
+        if not unread and want != ids:
             yield warning("devices-unexpected", f"ASCEND_VISIBLE_DEVICES={visible} but the container has"
                           f" /dev/davinci{ids}", "the runtime keeps host numbers: check the device list")
     count = (ctx.torch.get("npu") or {}).get("count")
@@ -381,7 +215,7 @@ def check_devices(ctx: DoctorContext):
                       "check ASCEND_RT_VISIBLE_DEVICES and the device mounts")
     rt = ctx.env.get("ASCEND_RT_VISIBLE_DEVICES")
     if rt:
-        vals = _ids(rt.replace(" ", ""))
+        vals = chipids.plain(rt.replace(" ", ""))
         if vals is None or vals != sorted(set(vals)) or any(v >= len(ids) for v in vals):
             yield warning("rt-visible-devices-invalid",
                           f"ASCEND_RT_VISIBLE_DEVICES={rt}: must be ascending container-local ids below {len(ids)}",
@@ -404,24 +238,6 @@ def _needed_nodes(ctx: DoctorContext) -> tuple[str, ...]:
         family = classify(name, None, ctx.matrix.rows("chips"))["family"]
     row = next((r for r in ctx.matrix.rows("audit_device_nodes") if r["family"] == family), None)
     return tuple(row["nodes"]) if row else DEFAULT_NODES
-
-
-def _expand(text: str) -> list[int] | None:
-    out: list[int] = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if "-" in part:
-            a, _, b = part.partition("-")
-            if not (a.isdigit() and b.isdigit()):
-                return None
-            out += list(range(int(a), int(b) + 1))
-        elif part.isdigit():
-            out.append(int(part))
-        else:
-            return None  # names like npu-1 or Ascend910-0
-    return sorted(set(out))
 
 
 def check_npu(ctx: DoctorContext):
@@ -511,7 +327,7 @@ CHECKS = [
 ]
 
 
-def run(root: str | Path = "/", dev_root: str | Path | None = None, env: dict | None = None,
+def run(root: str | Path = "/", dev_root: str | Path | None = None, env: Mapping[str, str] | None = None,
         stack_file: str | None = None, matrix=None, python: str | None = None, timeout: float = 180.0) -> dict:
     """Gather the container's facts and check them; the provision.doctor/1 document."""
     env_map = os.environ if env is None else env

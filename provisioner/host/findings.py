@@ -13,6 +13,8 @@ import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 
+from provisioner.text import one_line
+
 ERROR, WARNING, INFO = "error", "warning", "info"
 SEVERITIES = (ERROR, WARNING, INFO)
 _RANK = {ERROR: 0, WARNING: 1, INFO: 2}
@@ -35,19 +37,15 @@ class Finding:
 
 
 def error(id: str, message: str, remedy: str = "") -> Finding:
-    return Finding(ERROR, id, _one_line(message), _one_line(remedy))
+    return Finding(ERROR, id, one_line(message), one_line(remedy))
 
 
 def warning(id: str, message: str, remedy: str = "") -> Finding:
-    return Finding(WARNING, id, _one_line(message), _one_line(remedy))
+    return Finding(WARNING, id, one_line(message), one_line(remedy))
 
 
 def info(id: str, message: str, remedy: str = "") -> Finding:
-    return Finding(INFO, id, _one_line(message), _one_line(remedy))
-
-
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
+    return Finding(INFO, id, one_line(message), one_line(remedy))
 
 
 def exit_code(findings: Iterable[Finding]) -> int:
@@ -86,7 +84,7 @@ def run_checks(checks: Iterable[tuple[str, Check]], *args, **kwargs) -> list[Fin
             out.append(Finding(
                 WARNING,
                 "check-crashed",
-                _one_line(f"check {name} failed internally ({type(exc).__name__}: {exc}) at"
+                one_line(f"check {name} failed internally ({type(exc).__name__}: {exc}) at"
                           f" {where.filename.rsplit('/', 1)[-1]}:{where.lineno}; its part of the report is missing"),
                 "report this as a bug in provision, with the output of --json",
                 name,

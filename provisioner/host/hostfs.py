@@ -4,6 +4,12 @@ Everything takes a root (``/`` on a real host, a fixture tree in tests) and a
 device root (``/dev`` unless told otherwise), so the code above runs unchanged
 on fake hosts. Nothing here raises on a missing or odd file: callers get
 ``None`` or an empty result and decide what that means.
+
+`lstat` is the one place a host's files are stat-ed. A simulated host
+(provisioner.host.fakehost) registers here what its temporary tree cannot be
+without root: which placeholder files stand for device nodes (type, numbers,
+mode, owner) and that the tree belongs to root. Nothing else is faked, and
+nothing above this module can tell a simulated host from a real one.
 """
 
 from __future__ import annotations
@@ -104,6 +110,53 @@ def _name(db, ident: int) -> str | None:
         return None
 
 
+class SimStat:
+    """What `lstat` reports for a simulated path: the st_* fields the readers use."""
+
+    __slots__ = ("st_mode", "st_uid", "st_gid", "st_rdev")
+
+    def __init__(self, st_mode: int, st_uid: int, st_gid: int, st_rdev: int = 0):
+        self.st_mode, self.st_uid, self.st_gid, self.st_rdev = st_mode, st_uid, st_gid, st_rdev
+
+
+# Simulated hosts (see the module docstring): path -> stat of a device node, and tree root -> (uid, gid).
+_SIM_NODES: dict[str, SimStat] = {}
+_SIM_OWNERS: dict[str, tuple[int, int]] = {}
+
+
+def simulate(nodes: dict[str, SimStat], owned: dict[str, tuple[int, int]] | None = None) -> None:
+    """Register simulated device nodes (path -> SimStat) and trees reported as owned by (uid, gid)."""
+    _SIM_NODES.update({_key(p): st for p, st in nodes.items()})
+    _SIM_OWNERS.update({os.path.realpath(p): ids for p, ids in (owned or {}).items()})
+
+
+def forget(prefix: str | Path) -> None:
+    """Drop every simulation at or below `prefix`."""
+    top = os.path.realpath(prefix)
+    for table in (_SIM_NODES, _SIM_OWNERS):
+        for key in [k for k in table if k == top or k.startswith(top + os.sep)]:
+            del table[key]
+
+
+def _key(path: str | Path) -> str:
+    """A path's identity without following its last component (a link stays the link)."""
+    path = os.fspath(path)
+    return os.path.join(os.path.realpath(os.path.dirname(path) or "."), os.path.basename(path))
+
+
+def lstat(path: str | Path) -> os.stat_result | SimStat:
+    """os.lstat, or what a simulated host says the path is (OSError when it does not exist)."""
+    st = os.lstat(path)
+    if not _SIM_NODES and not _SIM_OWNERS:
+        return st
+    key = _key(path)
+    node = _SIM_NODES.get(key)
+    if node is not None:
+        return node
+    owner = next((ids for top, ids in _SIM_OWNERS.items() if key == top or key.startswith(top + os.sep)), None)
+    return SimStat(st.st_mode, *owner, st.st_rdev) if owner else st
+
+
 def scan_devices(dev_root: str | Path, names: tuple[str, ...] | None = None) -> list[dict]:
     """Stat every entry in ``dev_root`` (or only ``names``), without following links.
 
@@ -120,7 +173,7 @@ def scan_devices(dev_root: str | Path, names: tuple[str, ...] | None = None) -> 
     for name in entries:
         path = root / name
         try:
-            st = path.lstat()
+            st = lstat(path)
         except OSError:
             continue
         mode = st.st_mode
@@ -140,16 +193,6 @@ def scan_devices(dev_root: str | Path, names: tuple[str, ...] | None = None) -> 
         }
         out.append(rec)
     return out
-
-
-def davinci_ids(dev_root: str | Path) -> list[int]:
-    """Physical chip ids N of the /dev/davinciN character devices present."""
-    ids = []
-    for rec in scan_devices(dev_root):
-        name = rec["name"]
-        if rec["type"] == "char" and name.startswith("davinci") and name[7:].isdigit():
-            ids.append(int(name[7:]))
-    return sorted(ids)
 
 
 # --- additions for the host audit (provisioner/host/probe.py) ---------------------
@@ -186,25 +229,25 @@ def os_release(root: str | Path) -> dict[str, str] | None:
     return None
 
 
-def lstat_chain(root: str | Path, path: str) -> list[tuple[str, os.stat_result]]:
+def lstat_chain(root: str | Path, path: str) -> list[tuple[str, os.stat_result | SimStat]]:
     """lstat of every component of ``path`` inside ``root``, from root down: [(host path, stat)].
 
     Stops at the first component that does not exist. The root directory
     itself comes first (as ``/``).
     """
-    out: list[tuple[str, os.stat_result]] = []
+    out: list[tuple[str, os.stat_result | SimStat]] = []
     parts = [p for p in path.split("/") if p]
     current = Path(root)
     host = "/"
     try:
-        out.append((host, current.lstat()))
+        out.append((host, lstat(current)))
     except OSError:
         return out
     for part in parts:
         current = current / part
         host = host.rstrip("/") + "/" + part
         try:
-            out.append((host, current.lstat()))
+            out.append((host, lstat(current)))
         except OSError:
             break
     return out

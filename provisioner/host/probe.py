@@ -22,7 +22,15 @@ import subprocess
 import time
 from pathlib import Path
 
+from provisioner.arch import normalize as normalize_arch
 from provisioner.host import hostfs, npusmi
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from provisioner.engine.base import Engine
+    from provisioner.shapes import HostReport
 
 SCHEMA = "provision.host/1"
 ASCEND = "/usr/local/Ascend"
@@ -33,7 +41,6 @@ RUNTIME_LIST = "/etc/ascend-docker-runtime.d/base.list"
 DAEMON_JSON = "/etc/docker/daemon.json"
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
 DOCKER_BINS = ("/usr/bin/docker", "/usr/local/bin/docker", "/usr/bin/dockerd", "/usr/local/bin/dockerd")
-_ARCH = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
 _DEVICE = re.compile(r"^(v?davinci\d+|davinci_manager(_docker)?|devmm_svm|hisi_hdc|dvpp_cmdlist|uburma|ummu)$")
 _CFG = re.compile(r"^(\w+?)_(running|upgrade|installed)_version=\[(?:[^:\]]*:)?([^\]]*)\]")
 
@@ -51,7 +58,7 @@ def probe(
     engine: str = "auto",
     runtime_mounts: list[str] | tuple = (),
     chip_rows: list[dict] | tuple = (),
-) -> dict:
+) -> HostReport:
     """Read ``root`` into a HostReport dict (see docs/json.md, provision.host/1).
 
     engine: "auto" asks the Docker engine only when root is ``/``; "probe"
@@ -60,26 +67,28 @@ def probe(
     root = Path(root)
     is_live = root.resolve() == Path("/")
     dev = Path(dev_root) if dev_root is not None else default_dev_root(root)
-    report: dict = {"schema": SCHEMA, "root": str(root), "dev_root": str(dev), "live": is_live, "probe_errors": []}
+    report: HostReport = {"schema": SCHEMA, "root": str(root), "dev_root": str(dev), "live": is_live,
+                          "probe_errors": []}
 
     def section(name: str, fn, *args):
         try:
-            report[name] = fn(*args)
+            return fn(*args)
         except Exception as exc:  # noqa: BLE001 - one bad section must not hide the others
-            report[name] = None
             report["probe_errors"].append({"section": name, "error": f"{type(exc).__name__}: {exc}"})
+            return None
 
-    section("system", system_facts, root, is_live)
-    section("driver", driver_facts, root)
-    section("firmware", firmware_facts, root)
-    section("install_info", lambda r: hostfs.read_kv(hostfs.under(r, INSTALL_INFO)), root)
-    section("cann", find_cann, root)
-    section("npu_smi", npu_smi_facts, root, list(npu_smi_outputs), run_npu_smi, npu_smi_timeout, list(chip_rows))
-    section("devices", device_facts, dev)
-    section("account", account_facts, root, report.get("install_info"))
-    section("docker", docker_facts, root, engine == "probe" or (engine == "auto" and is_live))
-    section("runtime_paths", runtime_path_facts, root, list(runtime_mounts))
-    section("shm", shm_facts, dev)
+    report["system"] = section("system", system_facts, root, is_live)
+    report["driver"] = section("driver", driver_facts, root)
+    report["firmware"] = section("firmware", firmware_facts, root)
+    report["install_info"] = section("install_info", lambda r: hostfs.read_kv(hostfs.under(r, INSTALL_INFO)), root)
+    report["cann"] = section("cann", find_cann, root)
+    report["npu_smi"] = section("npu_smi", npu_smi_facts, root, list(npu_smi_outputs), run_npu_smi, npu_smi_timeout,
+                                list(chip_rows))
+    report["devices"] = section("devices", device_facts, dev)
+    report["account"] = section("account", account_facts, root, report.get("install_info"))
+    report["docker"] = section("docker", docker_facts, root, engine == "probe" or (engine == "auto" and is_live))
+    report["runtime_paths"] = section("runtime_paths", runtime_path_facts, root, list(runtime_mounts))
+    report["shm"] = section("shm", shm_facts, dev)
     return report
 
 
@@ -99,7 +108,7 @@ def system_facts(root: Path, is_live: bool) -> dict:
     if m:
         mem_mb = int(m.group(1)) // 1024
     return {
-        "arch": _ARCH.get(arch.lower(), arch or None),
+        "arch": normalize_arch(arch) or arch or None,
         "kernel": kernel or None,
         "os": {
             "id": osr.get("ID"),
@@ -376,12 +385,13 @@ def docker_facts(root: Path, probe_engine: bool) -> dict:
     runtimes: dict = {}
     default_runtime = None
     if isinstance(daemon, dict):
-        runtimes = daemon.get("runtimes") if isinstance(daemon.get("runtimes"), dict) else {}
+        found = daemon.get("runtimes")
+        runtimes = found if isinstance(found, dict) else {}
         default_runtime = daemon.get("default-runtime")
     rt_dir = hostfs.under(root, RUNTIME_DIR)
     rt_info = hostfs.read_kv(rt_dir / "ascend_docker_runtime_install.info") if rt_dir.is_dir() else None
     ascend = runtimes.get("ascend") if isinstance(runtimes.get("ascend"), dict) else None
-    facts = {
+    facts: dict[str, Any] = {
         "binaries": [p for p in DOCKER_BINS if hostfs.under(root, p).is_file()],
         "daemon_json": {"path": DAEMON_JSON, "present": daemon is not None or daemon_error is not None,
                         "error": daemon_error, "runtimes": sorted(runtimes), "default_runtime": default_runtime},
@@ -417,27 +427,28 @@ def _cdi_dir(root: Path, host_dir: str) -> dict:
     return {"dir": host_dir, "exists": d.is_dir(), "specs": specs, "ascend_specs": ascend}
 
 
-def engine_facts(timeout: float = 3.0) -> dict:
-    """Ask the local Docker engine (docker SDK, imported only here) for its version and runtimes."""
-    from provisioner import engine
+def engine_facts(timeout: float = 3.0, engine: Engine | None = None) -> dict:
+    """Ask the local engine (`engine`, else the one at DOCKER_HOST) for its version and runtimes."""
+    from provisioner import engine as engines
+    from provisioner.engine.errors import EngineError, short
 
     try:
-        client = engine.connect(timeout, ping=False)
+        eng = engine if engine is not None else engines.connect(timeout, ping=False)
         try:
-            version = client.version()
-            info = client.info()
+            info = eng.info()
         finally:
-            client.close()
-    except Exception as exc:  # noqa: BLE001 - any failure means "not reachable"
-        return {"probed": True, "reachable": False, "error": engine.short(exc, 200)}
+            if engine is None:
+                eng.close()
+    except EngineError as exc:
+        return {"probed": True, "reachable": False, "error": short(exc, 200)}
     return {
         "probed": True,
         "reachable": True,
-        "version": version.get("Version"),
-        "api_version": version.get("ApiVersion"),
-        "runtimes": sorted((info.get("Runtimes") or {}).keys()),
-        "default_runtime": info.get("DefaultRuntime"),
-        "cdi_spec_dirs": info.get("CDISpecDirs"),
+        "version": info.version,
+        "api_version": info.api_version,
+        "runtimes": list(info.runtimes),
+        "default_runtime": info.default_runtime,
+        "cdi_spec_dirs": list(info.cdi_spec_dirs) if info.cdi_spec_dirs is not None else None,
     }
 
 

@@ -1,4 +1,4 @@
-"""Build a rendered context with a real Docker engine (docker-py, classic builder).
+"""Build a rendered context with a container engine (provisioner.engine; Docker's classic builder).
 
 Build-time inputs never change the rendered Dockerfile: they replace files under
 build/ in the context (pip.conf, gitconfig, ca/bundle.pem, wheelhouse/), which
@@ -16,17 +16,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from provisioner.engine.errors import BuildFailed, EngineError, EngineUnavailable, ImageNotFound, short
 from provisioner.errors import ProvisionError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from provisioner.engine.base import Engine
 
 BUILD_DIR = "/opt/build"  # where the Dockerfile copies build/ (templates/Dockerfile.j2)
 _PEM = b"-----BEGIN CERTIFICATE-----"
-
-
-class BuildFailed(ProvisionError):
-    """The engine ran the build and a step failed (exit code 1; the log tail was shown)."""
-
-    exit_code = 1
-
 
 @dataclass(frozen=True)
 class BuildOptions:
@@ -98,7 +96,7 @@ def _read_ca(path: str) -> bytes:
 
 def add_inputs(ctx, opts: BuildOptions) -> None:
     """Fill the context's build/ directory from the options (see the module docstring)."""
-    from provisioner.image import render
+    from provisioner.image import render, templates
 
     cert = None
     if opts.trusted_ca is not None:
@@ -108,9 +106,10 @@ def add_inputs(ctx, opts: BuildOptions) -> None:
         bundle = Path(certifi.where()).read_bytes().rstrip(b"\n") + b"\n" + _read_ca(opts.trusted_ca)
         ctx.add("build/ca/bundle.pem", bundle)
         cert = f"{BUILD_DIR}/ca/bundle.pem"
-    pip_conf = render._render("build/pip.conf.j2", index_url=opts.pip_index_url,
-                              extra_index_urls=list(opts.extra_index_urls), cert=cert, offline=opts.offline)
-    gitconfig = render._render("build/gitconfig.j2", cert=cert)
+    pip_conf = templates.render_template("build/pip.conf.j2", index_url=opts.pip_index_url,
+                                         extra_index_urls=list(opts.extra_index_urls), cert=cert,
+                                         offline=opts.offline)
+    gitconfig = templates.render_template("build/gitconfig.j2", cert=cert)
     for rel, content in render.build_inputs(pip_conf, gitconfig).items():
         ctx.add(f"build/{rel}", content)
     if opts.wheelhouse is not None:
@@ -121,16 +120,15 @@ def add_inputs(ctx, opts: BuildOptions) -> None:
 # ------------------------------------------------------------- engine
 
 
-def client():
-    """A docker-py client that answers, or one clear ProvisionError."""
+def connect() -> Engine:
+    """The local engine, or one clear ProvisionError."""
     from provisioner import engine
 
     try:
         # Long, quiet build steps (compiling Apex) must not time out the stream.
         return engine.connect(3600)
-    except engine.EngineUnavailable as exc:
-        where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-        raise ProvisionError(f"no Docker engine answers at {where} ({_reason(exc)}); start dockerd or set"
+    except EngineUnavailable as exc:
+        raise ProvisionError(f"no Docker engine answers at {exc.where} ({exc.reason}); start dockerd or set"
                              " DOCKER_HOST") from None
 
 
@@ -142,46 +140,48 @@ def system_ca_bundle() -> str | None:
     return None
 
 
-def _reason(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    for marker in ("No such file or directory", "Connection refused", "Permission denied"):
-        if marker in text:
-            return marker
-    return text[:160]
-
-
-def ensure_base(c, ref: str, pull: bool) -> bool:
+def ensure_base(engine: Engine, ref: str, pull: bool) -> bool:
     """The base image must be local or pullable; returns True when it was pulled."""
-    from docker.errors import APIError, ImageNotFound
-
     try:
-        c.images.get(ref)
+        engine.image(ref)
         return False
     except ImageNotFound:
         pass
-    except APIError as exc:
-        raise ProvisionError(f"base image {ref}: {_reason(exc)}") from None
+    except EngineError as exc:
+        raise ProvisionError(f"base image {ref}: {short(exc)}") from None
     if not pull:
         raise ProvisionError(f"base image {ref} does not exist locally (and --no-pull was given)")
     try:
-        c.images.pull(ref)
+        engine.pull(ref)
         return True
-    except (APIError, ImageNotFound) as exc:
-        reason = getattr(exc, "explanation", None) or str(exc)
-        raise ProvisionError(f"base image {ref} does not exist locally and cannot be pulled"
-                             f" ({' '.join(str(reason).split())[:200]})") from None
+    except EngineError as exc:
+        raise ProvisionError(f"base image {ref} does not exist locally and cannot be pulled ({short(exc, 200)})") from None
 
 
-def build(ctx, opts: BuildOptions, out=None, live: bool | None = None, verbose: bool = False) -> BuildResult:
-    """Build `ctx` (a rendered Context) and tag it; progress goes to `out` (stderr by default)."""
-    from provisioner.image.progress import Progress
+def build(ctx, opts: BuildOptions, out=None, live: bool | None = None, verbose: bool = False,
+          engine: Engine | None = None) -> BuildResult:
+    """Build `ctx` (a rendered Context) and tag it; progress goes to `out` (stderr by default).
 
+    `engine`: the engine to build with (default: the local Docker engine, connected here).
+    """
     out = out or sys.stderr
     live = out.isatty() if live is None else live
     check_options(opts)
-    c = client()
+    own = engine is None
+    eng = engine if engine is not None else connect()
+    try:
+        return _build(eng, ctx, opts, out, live, verbose)
+    finally:
+        if own:
+            eng.close()
+
+
+def _build(eng: Engine, ctx, opts: BuildOptions, out, live: bool, verbose: bool) -> BuildResult:
+    from provisioner.image import render
+    from provisioner.image.progress import Progress
+
     base = ctx.manifest["base_image"]
-    pulled = ensure_base(c, base, opts.pull)
+    pulled = ensure_base(eng, base, opts.pull)
     out.write(f"building {ctx.tag} (recipe {ctx.manifest['recipe']['name']}, base {base}"
               f"{', pulled' if pulled else ''})\n")
     out.flush()
@@ -192,32 +192,25 @@ def build(ctx, opts: BuildOptions, out=None, live: bool | None = None, verbose: 
     image_id = None
     error = None
     with tempfile.TemporaryFile(prefix="provision-context-") as tar, Progress(out, live, verbose) as progress:
-        from provisioner.image import render
-
         render.write_tar(ctx, tar)
         tar.seek(0)
-        stream = c.api.build(fileobj=tar, custom_context=True, tag=tags[0], rm=True, forcerm=True,
-                             pull=False, nocache=opts.no_cache, network_mode=network, decode=True)
         try:
-            for message in stream:
-                progress.feed(message)
-                if "error" in message or "errorDetail" in message:
-                    detail = message.get("errorDetail") or {}
-                    error = detail.get("message") or message.get("error")
-                elif "aux" in message and isinstance(message["aux"], dict) and "ID" in message["aux"]:
-                    image_id = message["aux"]["ID"]
-        except Exception as exc:  # the engine went away mid-build
-            error = f"the build stream broke: {_reason(exc)}"
+            for event in eng.build(tar, tags[0], nocache=opts.no_cache, network=network):
+                progress.feed(event)
+                if event.kind == "error":
+                    error = event.text
+                elif event.kind == "aux":
+                    image_id = event.image_id
+        except EngineError as exc:  # the engine went away mid-build
+            error = str(exc)
     if error:
         report = progress.failure_report()
         if report:
             out.write(report + "\n")
         raise BuildFailed(" ".join(str(error).split()))
     if image_id is None:
-        image_id = c.images.get(tags[0]).id
-    image = c.images.get(image_id)
+        image_id = eng.image(tags[0]).id
     for extra in tags[1:]:
-        repo, _, tag = extra.rpartition(":") if ":" in extra.split("/")[-1] else (extra, "", "latest")
-        image.tag(repo, tag)
+        eng.tag(image_id, extra)
     return BuildResult(tag=opts.tags[0] if opts.tags else ctx.tag, tags=tags, image_id=image_id,
                        seconds=time.monotonic() - started, steps=progress.summary(), base_pulled=pulled)

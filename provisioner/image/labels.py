@@ -1,8 +1,8 @@
 """Read the Stack an image built by `provision build` carries in its labels.
 
 Label contract (shared with the image build and launch): `org.provision.stack`
-holds the Stack as compact JSON, `org.provision.stack.id` its id. The docker
-SDK comes through provisioner.engine, and a missing engine is one clear error.
+holds the Stack as compact JSON, `org.provision.stack.id` its id. The engine
+is reached through provisioner.engine, and a missing engine is one clear error.
 """
 
 from __future__ import annotations
@@ -10,6 +10,10 @@ from __future__ import annotations
 import json
 
 from provisioner.errors import ProvisionError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from provisioner.engine.base import Engine
 
 STACK_LABEL = "org.provision.stack"
 STACK_ID_LABEL = "org.provision.stack.id"
@@ -43,20 +47,22 @@ def label_stack(labels: dict | None, ref: str) -> tuple[dict | None, str | None]
     return stack, None
 
 
-def read_stack(ref: str, timeout: float = 5.0) -> dict:
-    """Ask the local Docker engine for image `ref`'s labels and return its Stack."""
-    from provisioner import engine
+def read_stack(ref: str, timeout: float = 5.0, engine: Engine | None = None) -> dict:
+    """Ask the engine (`engine`, else the local one) for image `ref`'s labels and return its Stack."""
+    from provisioner import engine as engines
+    from provisioner.engine.errors import EngineError, ImageNotFound, short
 
     try:
-        client = engine.connect(timeout, ping=False)
-    except engine.EngineUnavailable as exc:
+        eng = engine if engine is not None else engines.connect(timeout, ping=False)
+    except EngineError as exc:
         raise ProvisionError(f"--image {ref}: Docker engine not reachable ({exc})") from None
     try:
-        image = client.images.get(ref)
-    except Exception as exc:  # noqa: BLE001
-        if type(exc).__name__ in ("ImageNotFound", "NotFound"):
-            raise ProvisionError(f"--image {ref}: no such image in the local engine (build it or docker load it)") from None
-        raise ProvisionError(f"--image {ref}: Docker engine not reachable ({engine.short(exc)})") from None
+        labels = eng.image(ref).labels
+    except ImageNotFound:
+        raise ProvisionError(f"--image {ref}: no such image in the local engine (build it or docker load it)") from None
+    except EngineError as exc:
+        raise ProvisionError(f"--image {ref}: Docker engine not reachable ({short(exc)})") from None
     finally:
-        client.close()
-    return stack_from_labels(image.labels, ref)
+        if engine is None:
+            eng.close()
+    return stack_from_labels(labels, ref)

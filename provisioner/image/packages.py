@@ -19,6 +19,11 @@ from dataclasses import dataclass, field
 
 from provisioner.errors import ProvisionError
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -39,7 +44,7 @@ def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _env(stack: dict) -> dict:
+def _env(stack: Mapping[str, Any]) -> dict:
     """PEP 508 marker environment of the image (Linux, CPython, the stack's Python and CPU)."""
     py = stack["python"]
     return {"python_version": py, "python_full_version": f"{py}.0", "platform_machine": stack["arch"],
@@ -53,7 +58,7 @@ def _matches(specs, version: str) -> bool:
     return any_match(specs, version)
 
 
-def select(matrix, stack: dict) -> dict:
+def select(matrix, stack: Mapping[str, Any]) -> dict:
     """The package set for a stack: the last row (overlays come last) whose framework, Python and (where the
     row names one) CANN ranges match. A CANN range exists for what the CANN decides, not torch: numpy 2
     with CANN before 9.0 fails torch_npu's set_device, so the torch 2.8/2.9 sets have a numpy-1 twin for it."""
@@ -98,7 +103,7 @@ def _requirement(line: str, where: str):
 
 def _check_row(row: dict) -> None:
     where = row.get("_at", "packages")
-    lock = {}
+    lock: dict = {}
     for line in row["lock"]:
         req = _requirement(line, where)
         lock.setdefault(_norm(req.name), []).append(str(next(iter(req.specifier)).version))
@@ -116,7 +121,7 @@ def _check_row(row: dict) -> None:
             _requirement(line, where)
 
 
-def active_lines(lines, stack: dict) -> list:
+def active_lines(lines, stack: Mapping[str, Any]) -> list:
     """The lock lines whose markers hold inside the image, as (line, Requirement)."""
     from packaging.requirements import Requirement
 
@@ -129,7 +134,7 @@ def active_lines(lines, stack: dict) -> list:
     return out
 
 
-def check_project(row: dict, stack: dict, requirements: list[str], extras: tuple[str, ...]) -> None:
+def check_project(row: dict, stack: Mapping[str, Any], requirements: list[str], extras: tuple[str, ...]) -> None:
     """Every requirement of this project (and of its extras) must be met by the set's lock.
 
     The image installs the project with `--no-index` against the locked packages,
@@ -157,7 +162,7 @@ def check_project(row: dict, stack: dict, requirements: list[str], extras: tuple
                                  " scripts/lock_packages.py")
 
 
-def layers(matrix, stack: dict, recipe, row: dict) -> list[Layer]:
+def layers(matrix, stack: Mapping[str, Any], recipe, row: dict) -> list[Layer]:
     """The requirement files for a stack and recipe, in install order."""
     if stack["framework"] == "pytorch":
         lines = []
@@ -194,7 +199,7 @@ def file_text(layer: Layer) -> str:
     return f"# {layer.title}\n" + "".join(f"{line}\n" for line in layer.lines)
 
 
-def lock_text(all_layers: list[Layer], stack: dict, row: dict) -> str:
+def lock_text(all_layers: list[Layer], stack: Mapping[str, Any], row: dict) -> str:
     """requirements.lock: every layer, in install order, with where each group of pins comes from."""
     pins = ", ".join(f"{k}=={v}" for k, v in row["pins"].items())
     head = [

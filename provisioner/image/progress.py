@@ -1,6 +1,6 @@
 """Live progress of a classic-builder build: the current step, elapsed times, the failing step's log tail.
 
-Fed the JSON messages docker-py yields while building. On a terminal one status
+Fed the build's log stream (engine.types.BuildEvent). On a terminal one status
 line is redrawn every half second (step, stage, total and step time); elsewhere
 one line per finished step is printed. The output of each step is kept (the
 last TAIL lines) so a failure can show what went wrong.
@@ -13,6 +13,10 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from provisioner.engine.types import BuildEvent
 
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 _STAGE = re.compile(r"^FROM\s+\S+(?:\s+AS\s+(\S+))?", re.I)
@@ -67,10 +71,10 @@ class Progress:
             self._clear()
 
     # -- feeding
-    def feed(self, message: dict) -> None:
-        text = message.get("stream")
-        if text is None:
+    def feed(self, event: BuildEvent) -> None:
+        if event.kind != "stream":
             return
+        text = event.text
         with self._lock:
             self._partial += text
             *lines, self._partial = self._partial.split("\n")

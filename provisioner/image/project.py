@@ -94,7 +94,7 @@ def _installed_files() -> dict[str, Path | bytes]:
 def _generated_pyproject() -> str:
     from importlib import metadata
 
-    from provisioner.image.render import template_env
+    from provisioner.image.templates import template_env
 
     meta = metadata.metadata(PACKAGE)
     eps = [e for e in metadata.entry_points(group="console_scripts") if e.value.startswith(f"{PACKAGE}.")]
@@ -106,8 +106,8 @@ def _generated_pyproject() -> str:
         if m:
             extras.setdefault(m.group(1), []).append(r.split(";")[0].strip())
     return template_env().get_template("project/pyproject.toml.j2").render(
-        name=meta["Name"], version=meta["Version"], summary=meta.get("Summary") or "",
-        requires_python=meta.get("Requires-Python") or "", dependencies=base, extras=extras,
+        name=meta["Name"], version=meta["Version"], summary=meta["Summary"] if "Summary" in meta else "",
+        requires_python=meta["Requires-Python"] if "Requires-Python" in meta else "", dependencies=base, extras=extras,
         scripts=sorted((e.name, e.value) for e in eps), data_dirs=DATA_DIRS, package=PACKAGE,
         packages=_package_names())
 
@@ -141,7 +141,7 @@ def describe(root: Path | None = None) -> Project:
 
 def _pyproject_meta(path: Path) -> dict | None:
     try:
-        import tomllib
+        import tomllib  # type: ignore[import-not-found, unused-ignore]  # Python 3.11+
     except ImportError:  # Python 3.10: fall back to the installed metadata
         return None
     proj = tomllib.loads(path.read_text(encoding="utf-8")).get("project", {})

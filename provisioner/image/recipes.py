@@ -14,6 +14,11 @@ from pathlib import Path
 from provisioner.errors import ProvisionError
 from provisioner.paths import data_dir
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
 _KEYS = {"name", "title", "description", "framework", "default", "requires", "repository", "template",
          "project_extras", "extras", "build_tools", "repos", "source", "notes"}
 _REQUIRED = ("name", "title", "description", "framework", "repository", "template")
@@ -52,6 +57,7 @@ def names() -> list[str]:
 
 def load(name: str) -> Recipe:
     """Load one recipe by name; unknown names and malformed files are ProvisionErrors."""
+    from provisioner.matrix.yamlio import Node
     from provisioner.matrix.yamlio import load as load_yaml
 
     path = _recipe_dir() / f"{name}.yaml"
@@ -59,7 +65,7 @@ def load(name: str) -> Recipe:
         raise ProvisionError(f"unknown recipe {name!r} (known: {', '.join(names())})")
     label = f"images/{path.name}"
     doc = load_yaml(path, label)
-    if not isinstance(doc, dict):
+    if not isinstance(doc, Node):
         raise ProvisionError(f"{label}:1: a recipe is a mapping")
     for key in doc:
         if key not in _KEYS:
@@ -120,7 +126,7 @@ def request_options(name: str | None, options: dict) -> dict:
     return out
 
 
-def choose(stack: dict, name: str | None = None) -> Recipe:
+def choose(stack: Mapping[str, Any], name: str | None = None) -> Recipe:
     """The recipe to build `stack` with: the one named, else the first whose needs the stack meets."""
     if name:
         recipe = load(name)
@@ -135,12 +141,12 @@ def choose(stack: dict, name: str | None = None) -> Recipe:
     return fitting[0]
 
 
-def _meets(recipe: Recipe, stack: dict) -> bool:
+def _meets(recipe: Recipe, stack: Mapping[str, Any]) -> bool:
     have = set(stack.get("extras") or {}) | ({"apex"} if stack.get("apex") else set())
     return all(req.replace("-", "_") in have for req in recipe.requires)
 
 
-def _check_fit(recipe: Recipe, stack: dict) -> None:
+def _check_fit(recipe: Recipe, stack: Mapping[str, Any]) -> None:
     if recipe.framework != stack["framework"]:
         raise ProvisionError(f"recipe {recipe.name!r} builds {recipe.framework} images, but the stack is"
                              f" {stack['framework']} (choose --recipe {'mindspore' if stack['framework'] == 'mindspore' else 'pytorch'})")

@@ -22,7 +22,13 @@ from pathlib import Path
 
 from provisioner.errors import ProvisionError
 from provisioner.image.labels import STACK_ID_LABEL, STACK_LABEL
+from provisioner.image.templates import raw, render_template
 from provisioner.resolve.stack import summary as stack_summary
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
 
 CONTEXT_SCHEMA = "provision.context/1"
 MANIFEST = "stack.json"
@@ -60,60 +66,6 @@ class Context:
         return value.read_bytes() if isinstance(value, Path) else value
 
 
-# ----------------------------------------------------------------- templates
-
-
-def _dockerfile_quote(value: object) -> str:
-    """A double-quoted Dockerfile word (LABEL/ENV values): no variable expansion, no escapes lost."""
-    text = str(value)
-    text = text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$").replace("\n", "\\n")
-    return f'"{text}"'
-
-
-def _shell_quote(value: object) -> str:
-    import shlex
-
-    return shlex.quote(str(value))
-
-
-def template_env():
-    """The Jinja2 environment for templates/: a typo (an undefined name) fails the render."""
-    import jinja2
-
-    from provisioner.paths import data_dir
-
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        autoescape=False,
-    )
-    env.filters["dq"] = _dockerfile_quote
-    env.filters["shq"] = _shell_quote
-    return env
-
-
-def _render(name: str, **values) -> str:
-    import jinja2
-
-    try:
-        return template_env().get_template(name).render(**values)
-    except jinja2.UndefinedError as exc:
-        raise ProvisionError(f"templates/{name}: {exc.message}") from None
-    except jinja2.TemplateError as exc:
-        where = f":{exc.lineno}" if getattr(exc, "lineno", None) else ""
-        raise ProvisionError(f"templates/{name}{where}: {exc}") from None
-
-
-def _raw(name: str) -> bytes:
-    """A file from templates/ copied as is (scripts that are not Jinja templates)."""
-    from provisioner.paths import data_dir
-
-    return (data_dir("templates") / name).read_bytes()
-
-
 # ------------------------------------------------------------------ naming
 
 
@@ -121,7 +73,7 @@ def _tag_part(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.").lower()
 
 
-def image_tag(stack: dict, recipe, user: User | None = None) -> str:
+def image_tag(stack: Mapping[str, Any], recipe, user: User | None = None) -> str:
     """`<repository>:<cann>-<chip>-<framework><ver>-py<ver>-<stack id[:8]>` (the recipe names the repository)."""
     if stack["framework"] == "mindspore":
         fw = f"mindspore{stack['mindspore']['version']}"
@@ -134,7 +86,7 @@ def image_tag(stack: dict, recipe, user: User | None = None) -> str:
     return f"{recipe.repository}:{_tag_part('-'.join(parts))}"
 
 
-def labels(stack: dict, recipe, tag: str, project, lock_sha: str, package_set: str) -> dict[str, str]:
+def labels(stack: Mapping[str, Any], recipe, tag: str, project, lock_sha: str, package_set: str) -> dict[str, str]:
     """OCI labels plus the whole Stack as compact JSON (the contract audit and launch read back)."""
     summary = stack_summary(stack)
     return {
@@ -155,7 +107,7 @@ def labels(stack: dict, recipe, tag: str, project, lock_sha: str, package_set: s
 # ------------------------------------------------------------------ render
 
 
-def render(matrix, stack: dict, recipe, user: User | None = None, project_root: str | Path | None = None) -> Context:
+def render(matrix, stack: Mapping[str, Any], recipe, user: User | None = None, project_root: str | Path | None = None) -> Context:
     """Render the build context for `stack` with `recipe` (see the module docstring)."""
     from provisioner.image import packages, project
 
@@ -177,18 +129,18 @@ def render(matrix, stack: dict, recipe, user: User | None = None, project_root: 
         build_tools=recipe.build_tools, summary=stack_summary(stack), package_set=row["id"],
         allow=_unlocked_allowed(stack, proj), strict=not repos, deepspeed_ops=ds_ops,
     )
-    dockerfile = _render(recipe.template, **values)
+    dockerfile = render_template(recipe.template, **values)
     ctx = Context(files={}, modes={}, tag=tag, manifest={}, dockerfile=dockerfile)
     ctx.add("Dockerfile", dockerfile.encode())
     ctx.add("requirements.lock", lock.encode())
     for layer in layers:
         ctx.add(layer.file, packages.file_text(layer).encode())
-    ctx.add("files/lock-check.py", _raw("files/lock-check.py"))
-    ctx.add("files/rootfs/etc/provision/cann-env.sh", _raw("files/cann-env.sh"))
-    ctx.add("files/rootfs/etc/profile.d/provision-cann.sh", _raw("files/profile-cann.sh"))
-    ctx.add("files/rootfs/usr/local/bin/provision-entrypoint", _raw("files/entrypoint.sh"), EXECUTABLE)
+    ctx.add("files/lock-check.py", raw("files/lock-check.py"))
+    ctx.add("files/rootfs/etc/provision/cann-env.sh", raw("files/cann-env.sh"))
+    ctx.add("files/rootfs/etc/profile.d/provision-cann.sh", raw("files/profile-cann.sh"))
+    ctx.add("files/rootfs/usr/local/bin/provision-entrypoint", raw("files/entrypoint.sh"), EXECUTABLE)
     if ds_ops:
-        ctx.add("files/ds-prebuild.sh", _raw("files/ds-prebuild.sh"), EXECUTABLE)
+        ctx.add("files/ds-prebuild.sh", raw("files/ds-prebuild.sh"), EXECUTABLE)
     # `provision doctor` inside the image checks what it finds against this (the labels carry the same).
     ctx.add("files/rootfs/etc/provision/stack.json", (json.dumps(stack, indent=2, ensure_ascii=False) + "\n").encode())
     for rel, content in build_inputs().items():
@@ -203,19 +155,19 @@ def render(matrix, stack: dict, recipe, user: User | None = None, project_root: 
 def build_inputs(pip_conf: str | None = None, gitconfig: str | None = None) -> dict[str, bytes]:
     """Defaults of the files `provision build` fills in (pip settings, git settings, placeholders)."""
     return {
-        "pip.conf": (pip_conf if pip_conf is not None else _render("build/pip.conf.j2", index_url=None,
+        "pip.conf": (pip_conf if pip_conf is not None else render_template("build/pip.conf.j2", index_url=None,
                                                                       extra_index_urls=[], cert=None,
                                                                       offline=False)).encode(),
-        "gitconfig": (gitconfig if gitconfig is not None else _render("build/gitconfig.j2", cert=None)).encode(),
-        "ca/README": _raw("build/ca-README"),
-        "wheelhouse/README": _raw("build/wheelhouse-README"),
+        "gitconfig": (gitconfig if gitconfig is not None else render_template("build/gitconfig.j2", cert=None)).encode(),
+        "ca/README": raw("build/ca-README"),
+        "wheelhouse/README": raw("build/wheelhouse-README"),
     }
 
 
 _OP = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
-def _deepspeed_ops(stack: dict, recipe) -> list[str]:
+def _deepspeed_ops(stack: Mapping[str, Any], recipe) -> list[str]:
     """DeepSpeed operators the recipe pre-builds when the stack has --with deepspeed (recipe extras.deepspeed.
     prebuild_ops, e.g. [cpu_adam]); names are checked, since they reach a RUN line."""
     if "deepspeed" not in (stack.get("extras") or {}):
@@ -227,7 +179,7 @@ def _deepspeed_ops(stack: dict, recipe) -> list[str]:
     return list(ops)
 
 
-def _repos(stack: dict, recipe) -> dict[str, dict]:
+def _repos(stack: Mapping[str, Any], recipe) -> dict[str, dict]:
     """Git checkouts a recipe makes: the stack's MindSpeed set refs joined with the recipe's URLs."""
     if not recipe.repos:
         return {}
@@ -244,7 +196,7 @@ def _repos(stack: dict, recipe) -> dict[str, dict]:
     return out
 
 
-def _unlocked_allowed(stack: dict, proj) -> list[str]:
+def _unlocked_allowed(stack: Mapping[str, Any], proj) -> list[str]:
     """Packages that rightly are not in the lock (installed from source in the builder stages)."""
     allowed = ["pip"]
     if stack.get("apex"):

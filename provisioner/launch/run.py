@@ -10,8 +10,9 @@ each in its own container, run first and stop the launch when they fail. SIGINT,
 and SIGHUP during a run stop the container (Docker sends SIGTERM to its init,
 which passes it to torchrun, which stops its workers), then remove it; a second
 signal kills it at once. Every container carries the label
-`org.provision.launch=<run id>`, so leftovers can always be found. The Docker SDK
-is imported inside functions: the CLI must start without it.
+`org.provision.launch=<run id>`, so leftovers can always be found. The engine is
+reached through provisioner.engine (any Engine: the Docker one, or the fake in
+unit tests); nothing here imports the Docker SDK.
 """
 
 from __future__ import annotations
@@ -26,10 +27,13 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TextIO
+from typing import Any, TextIO
 
 from provisioner.devices import runline
 from provisioner.devices.plan import DevicePlan
+from provisioner.engine.base import Container, Engine
+from provisioner.engine.errors import EngineError, EngineUnavailable, ImageNotFound, short
+from provisioner.engine.types import ImageInfo
 from provisioner.errors import ProvisionError
 from provisioner.launch import logstream, torchrun
 from provisioner.launch.collective import SCHEMA as COLLECTIVE_SCHEMA
@@ -44,14 +48,6 @@ FACTS_TIMEOUT_S = 5.0
 STOP_TIMEOUT_S = 20
 TAIL_LINES = 50
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-@dataclass(frozen=True)
-class ImageInfo:
-    ref: str
-    id: str
-    labels: dict
-    env: dict
 
 
 @dataclass
@@ -101,27 +97,24 @@ class RunResult:
 # -- engine ---------------------------------------------------------------------------------
 
 
-def connect(timeout: int = ENGINE_TIMEOUT_S):
-    """A Docker client of a running engine, or one clear line saying there is none."""
+def connect(timeout: int = ENGINE_TIMEOUT_S) -> Engine:
+    """The local engine, or one clear line saying there is none."""
     from provisioner import engine
 
     try:
         return engine.connect(timeout)
-    except engine.EngineUnavailable as exc:
+    except EngineUnavailable as exc:
         raise ProvisionError(f"provision launch needs a running Docker engine ({exc})") from None
 
 
-def inspect_image(client, ref: str) -> ImageInfo:
+def inspect_image(engine: Engine, ref: str) -> ImageInfo:
     try:
-        data = client.api.inspect_image(ref)
-    except Exception as exc:  # noqa: BLE001
-        if type(exc).__name__ in ("ImageNotFound", "NotFound"):
-            raise ProvisionError(f"--image {ref}: not in the local Docker engine (build it with `provision build`,"
-                                 " or docker pull / docker load it)") from None
-        raise ProvisionError(f"--image {ref}: the engine did not answer ({_short(exc)})") from None
-    cfg = data.get("Config") or {}
-    env = dict(item.split("=", 1) for item in cfg.get("Env") or [] if "=" in item)
-    return ImageInfo(ref, data.get("Id", ""), cfg.get("Labels") or {}, env)
+        return engine.image(ref)
+    except ImageNotFound:
+        raise ProvisionError(f"--image {ref}: not in the local Docker engine (build it with `provision build`,"
+                             " or docker pull / docker load it)") from None
+    except EngineError as exc:
+        raise ProvisionError(f"--image {ref}: the engine did not answer ({short(exc, 200)})") from None
 
 
 def image_stack(info: ImageInfo) -> tuple[dict | None, str | None]:
@@ -131,13 +124,14 @@ def image_stack(info: ImageInfo) -> tuple[dict | None, str | None]:
     return label_stack(info.labels, info.ref)
 
 
-def plan_for(matrix, opts, info: ImageInfo, mode: str = "auto") -> tuple[DevicePlan, list[str]]:
+def plan_for(matrix, opts, info: ImageInfo, mode: str = "auto",
+             engine: Engine | None = None) -> tuple[DevicePlan, list[str]]:
     """Plan the launch: engine facts (chips in use, runtimes), the image's stack, the mode."""
     from provisioner.devices import enginefacts
     from provisioner.devices import plan as devices
 
     notes: list[str] = []
-    facts = enginefacts.gather(timeout=FACTS_TIMEOUT_S)
+    facts = enginefacts.gather(timeout=FACTS_TIMEOUT_S, engine=engine)
     stack, note = image_stack(info)
     if note:
         notes.append(note)
@@ -205,7 +199,7 @@ class SignalGuard:
         self.signals = signals
         self.received: list[int] = []
         self.wake = threading.Event()
-        self._old: dict[int, object] = {}
+        self._old: dict[int, Any] = {}
 
     def __enter__(self) -> SignalGuard:
         if threading.current_thread() is threading.main_thread():
@@ -236,31 +230,26 @@ class _Cleanup:
 
     def __init__(self, keep: bool):
         self.keep = keep
-        self.container = None
+        self.container: Container | None = None
         self.done = False
 
     def __call__(self) -> None:
         if self.done or self.container is None:
             return
         self.done = True
-        if self.keep:
-            try:
-                self.container.reload()
-                if self.container.status == "running":
-                    self.container.kill()
-            except Exception:  # noqa: BLE001 - already gone
-                pass
-            return
         try:
-            self.container.remove(force=True)
-        except Exception:  # noqa: BLE001 - already gone
+            if not self.keep:
+                self.container.remove(force=True)
+            elif self.container.inspect().running:
+                self.container.kill()
+        except EngineError:  # already gone
             pass
 
 
 # -- one container --------------------------------------------------------------------------
 
 
-def run_container(client, kw: dict, role: str, guard: SignalGuard, out: TextIO | None, err: TextIO | None,
+def run_container(engine: Engine, kw: dict, role: str, guard: SignalGuard, out: TextIO | None, err: TextIO | None,
                   keep: bool = False, stop_timeout: int = STOP_TIMEOUT_S,
                   on_line: Callable[[str], None] | None = None) -> RunResult:
     """Create, start, stream, wait; stop on a signal; remove unless `keep`."""
@@ -288,23 +277,23 @@ def run_container(client, kw: dict, role: str, guard: SignalGuard, out: TextIO |
                     pass  # the reader went away; keep consuming so the tail stays right
         ranks.update(logstream.ranks_seen(lines))
 
-    def stream(container) -> None:
+    def stream(container: Container) -> None:
         try:
-            for chunk in container.logs(stream=True, follow=True):
+            for chunk in container.logs():
                 emit(splitter.feed(chunk))
-        except Exception:  # noqa: BLE001 - the container was removed under us (signal path)
+        except EngineError:  # the container was removed under us (signal path)
             pass
         emit(splitter.close())
 
-    def wait(container) -> None:
+    def wait(container: Container) -> None:
         try:
             waited["status"] = container.wait()
-        except Exception as exc:  # noqa: BLE001
+        except EngineError as exc:
             waited["error"] = exc
         guard.wake.set()
 
     try:
-        container = client.containers.create(**kw)
+        container = engine.create(kw)
         cleanup.container = container
         streamer = threading.Thread(target=stream, args=(container,), daemon=True)
         if not guard.received:
@@ -319,15 +308,13 @@ def run_container(client, kw: dict, role: str, guard: SignalGuard, out: TextIO |
         if streamer.ident is not None:
             streamer.join(timeout=10)
         if "error" in waited and not guard.received:
-            raise ProvisionError(f"lost the Docker engine while waiting for {kw['name']}: {_short(waited['error'])}")
+            raise ProvisionError(f"lost the Docker engine while waiting for {kw['name']}: {short(waited['error'], 200)}")
         if guard.received:
             result.exit_code, result.signal = guard.exit_code, guard.name
         elif "status" in waited:
-            result.exit_code = int(waited["status"].get("StatusCode", 1))
-    except ProvisionError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - engine refused the container (bad image, device, mount)
-        raise ProvisionError(f"the engine could not run {kw['name']}: {_short(exc)}") from None
+            result.exit_code = waited["status"]
+    except EngineError as exc:  # the engine refused the container (bad image, device, mount)
+        raise ProvisionError(f"the engine could not run {kw['name']}: {short(exc, 200)}") from None
     finally:
         cleanup()
         atexit.unregister(cleanup)
@@ -340,7 +327,7 @@ def run_container(client, kw: dict, role: str, guard: SignalGuard, out: TextIO |
     return result
 
 
-def _stop(container, guard: SignalGuard, err: TextIO | None, timeout: int, name: str) -> None:
+def _stop(container: Container, guard: SignalGuard, err: TextIO | None, timeout: int, name: str) -> None:
     """docker stop (SIGTERM to init -> torchrun -> workers, SIGKILL after `timeout`); a 2nd signal kills now."""
     seen = len(guard.received)
     _say(err, f"{guard.name}: stopping {name} (up to {timeout} s; signal again to kill it now)")
@@ -358,7 +345,7 @@ def _stop(container, guard: SignalGuard, err: TextIO | None, timeout: int, name:
 # -- the whole launch -----------------------------------------------------------------------
 
 
-def run(job: Job, client, out: TextIO | None = sys.stdout, err: TextIO | None = sys.stderr) -> dict:
+def run(job: Job, engine: Engine, out: TextIO | None = sys.stdout, err: TextIO | None = sys.stderr) -> dict:
     """Run the check (if asked) and the job; return the `provision.launch/1` summary document."""
     extra_env, nproc = torchrun.environment(job.plan, job.env, job.image.env)
     started = time.monotonic()
@@ -371,7 +358,7 @@ def run(job: Job, client, out: TextIO | None = sys.stdout, err: TextIO | None = 
             kw = container_kwargs(job, "selftest", cmd, extra_env)
             found_st: dict = {}
             _say(err, f"run {job.run_id}: self-test in {kw['name']}: $ {_join(cmd)}")
-            selftest = run_container(client, kw, "selftest", guard, out, err, job.keep, job.stop_timeout,
+            selftest = run_container(engine, kw, "selftest", guard, out, err, job.keep, job.stop_timeout,
                                      on_line=lambda line: _document(line, SELFTEST_SCHEMA, found_st))
             selftest.selftest = found_st.get("doc")
         if job.check and (selftest is None or selftest_passed(selftest)):
@@ -379,7 +366,7 @@ def run(job: Job, client, out: TextIO | None = sys.stdout, err: TextIO | None = 
             kw = container_kwargs(job, "check", cmd, extra_env)
             found: dict = {}
             _say(err, f"run {job.run_id}: collective check in {kw['name']}: $ {_join(cmd)}")
-            check = run_container(client, kw, "check", guard, out, err, job.keep, job.stop_timeout,
+            check = run_container(engine, kw, "check", guard, out, err, job.keep, job.stop_timeout,
                                   on_line=lambda line: _document(line, COLLECTIVE_SCHEMA, found))
             check.collective = found.get("doc")
         if job.target is not None and (selftest is None or selftest_passed(selftest)) and (
@@ -387,7 +374,7 @@ def run(job: Job, client, out: TextIO | None = sys.stdout, err: TextIO | None = 
             cmd = torchrun.command(job.plan, job.target, nproc)
             kw = container_kwargs(job, "run", cmd, extra_env)
             _say(err, f"run {job.run_id}: {job.target.kind} in {kw['name']}: $ {_join(cmd)}")
-            main = run_container(client, kw, "run", guard, out, err, job.keep, job.stop_timeout)
+            main = run_container(engine, kw, "run", guard, out, err, job.keep, job.stop_timeout)
     # Everything launch sets in the container: the plan's variables, then its own and -e.
     env = {**dict(job.plan.runtime_env), **{e.name: e.value for e in job.plan.env if e.value is not None}, **extra_env}
     return summary(job, check, main, nproc, env, time.monotonic() - started, selftest)
@@ -540,7 +527,7 @@ def _say(err: TextIO | None, text: str) -> None:
 def _quiet(fn, *args, **kw) -> None:
     try:
         fn(*args, **kw)
-    except Exception:  # noqa: BLE001 - already stopped or removed
+    except EngineError:  # already stopped or removed
         pass
 
 
@@ -548,9 +535,3 @@ def _join(argv: list[str]) -> str:
     import shlex
 
     return shlex.join(argv)
-
-
-def _short(exc: BaseException) -> str:
-    from provisioner.engine import short
-
-    return short(exc, 200)

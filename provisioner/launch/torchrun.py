@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from provisioner import chipids
 from provisioner.devices.plan import DevicePlan
 from provisioner.errors import ProvisionError
 
@@ -89,15 +90,14 @@ def torchrun_argv(plan: DevicePlan, target: Target, nproc: int) -> list[str]:
     argv = ["torchrun", "--nproc-per-node", str(nproc)]
     m = plan.multi
     if m.nnodes > 1:
-        if not m.master_addr:
-            raise ProvisionError("--nnodes > 1 needs --master-addr (the IP or name of node rank 0)")
-        argv += ["--nnodes", str(m.nnodes), "--node-rank", str(m.node_rank), "--master-addr", m.master_addr,
+        m.require_master()
+        argv += ["--nnodes", str(m.nnodes), "--node-rank", str(m.node_rank), "--master-addr", str(m.master_addr),
                  "--master-port", str(m.master_port)]
     else:
         argv.append("--standalone")
     # --tee 3: every worker's stdout and stderr reach the console with the rank prefix.
     argv += ["--tee", "3"]
-    argv += ["-m", target.value] if target.kind == "module" else [target.value or ""]
+    argv += ["-m", target.value or ""] if target.kind == "module" else [target.value or ""]
     return argv + list(target.args)
 
 
@@ -117,11 +117,8 @@ def visible_ids(name: str, value: str, plan: DevicePlan) -> list[int]:
     host = ",".join(map(str, plan.chips))
     hint = (f"{name}={value!r}: give ascending container-local ids from 0 to {n - 1}, comma-separated, no spaces"
             f" (host chips {host} are NPU {','.join(map(str, range(n)))} inside)")
-    pieces = value.split(",")
-    if not value or not all(p.isdigit() for p in pieces):
-        raise ProvisionError(hint)
-    ids = [int(p) for p in pieces]
-    if any(i >= n for i in ids) or any(b <= a for a, b in zip(ids, ids[1:], strict=False)):
+    ids = chipids.plain(value)
+    if ids is None or any(i >= n for i in ids) or any(b <= a for a, b in zip(ids, ids[1:], strict=False)):
         raise ProvisionError(hint)
     return ids
 

@@ -1,7 +1,8 @@
-"""A small JSON cache under ~/.cache/provision (or PROVISION_CACHE).
+"""A small JSON cache under ~/.cache/provision (or PROVISION_CACHE), for the loaded matrix and resolutions.
 
 Entries are keyed by a fingerprint of the inputs; writes are atomic and a
-read-only home only costs the cache, never the command.
+read-only home only costs the cache, never the command. PROVISION_NO_CACHE
+turns it off.
 """
 
 from __future__ import annotations
@@ -46,28 +47,3 @@ def write(name: str, obj) -> None:
         os.replace(tmp, path)
     except OSError:
         pass
-
-
-def cached_resolve(matrix, req):
-    """`resolve.resolve` memoised on disk by (matrix + code fingerprint, request).
-
-    A warm `provision resolve` then imports neither the resolver nor the
-    matrix schema. Refusals are cached too and raised again as ResolveError.
-    """
-    from provisioner.errors import ResolveError
-
-    key = fingerprint(matrix.fingerprint, json.dumps(req.as_dict(), sort_keys=True, default=list))
-    name = f"resolve-{key}.json"
-    hit = read(name) if matrix.fingerprint else None
-    if hit is None:
-        from provisioner.resolve import solve as resolve
-
-        try:
-            hit = {"status": "ok", "stack": resolve.resolve(matrix, req)}
-        except ResolveError as exc:
-            hit = {"status": "refused", "message": str(exc), "reasons": exc.reasons, "alternatives": exc.alternatives}
-        if matrix.fingerprint:
-            write(name, hit)
-    if hit["status"] == "ok":
-        return hit["stack"]
-    raise ResolveError(hit["message"], reasons=hit["reasons"], alternatives=hit["alternatives"])

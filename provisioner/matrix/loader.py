@@ -18,19 +18,32 @@ from functools import cached_property
 
 from provisioner.errors import MatrixError
 from provisioner.matrix import cache
-from provisioner.matrix.versions import V, VersionError, parse
 from provisioner.paths import data_path
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
+
+    from provisioner.shapes import Image
 
 VERSION_KEYED = {"cann", "hdk", "firmware", "torch_npu_releases", "torch_npu", "torch", "mindspore"}
 IMAGE_TAG = re.compile(r"^(?P<chip>[0-9a-z]+)-(?P<os>[a-z]+\d+\.\d+)-py(?P<py>\d+\.\d+)(?P<devel>-devel)?$")
 ENV_VAR = "PROVISION_MATRIX"
 
 
+def _key(text: str) -> tuple:
+    """A version's ordering key (matrix/versions.py is imported when first needed: a warm
+    `provision resolve` never needs it)."""
+    from provisioner.matrix.versions import parse
+
+    return parse(text).key
+
+
 def _row_key(section: str, value) -> tuple | str:
     if section in VERSION_KEYED:
         try:
-            return V(str(value)).key
-        except VersionError:
+            return _key(str(value))
+        except ValueError:  # VersionError
             return str(value)
     return str(value).lower()
 
@@ -64,14 +77,18 @@ def _label(path: str) -> str:
 
 
 # Code whose behaviour a cached matrix or a cached resolution depends on: every
-# module of the matrix and resolve packages (whatever files they hold).
-_CODE_PACKAGES = ("matrix", "resolve")
+# module of the matrix and resolve packages and the package's top-level modules
+# (errors, paths, arch, ...: the base any package may import). The layering rule
+# (tests/unit/test_architecture.py) keeps matrix/ and resolve/ from importing any
+# other package, so these files are all the code a resolution runs.
+CODE_PACKAGES = ("matrix", "resolve")
 
 
-def _code_files() -> list[str]:
+def code_files() -> list[str]:
+    """The .py files the cache fingerprint covers (see CODE_PACKAGES)."""
     top = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
-    files = []
-    for pkg in _CODE_PACKAGES:
+    files = sorted(os.path.join(top, n) for n in os.listdir(top) if n.endswith(".py"))
+    for pkg in CODE_PACKAGES:
         d = os.path.join(top, pkg)
         files += sorted(os.path.join(d, n) for n in os.listdir(d) if n.endswith(".py"))
     return files
@@ -79,9 +96,9 @@ def _code_files() -> list[str]:
 
 def fingerprint(layers) -> str:
     parts = []
-    for path in _code_files():
+    for path in code_files():
         st = os.stat(path)
-        parts.append(f"{os.path.basename(path)}:{st.st_mtime_ns}:{st.st_size}")
+        parts.append(f"{path}:{st.st_mtime_ns}:{st.st_size}")
     for _, files in layers:
         for f in files:
             st = os.stat(f)
@@ -114,6 +131,7 @@ def _build(layers, lenient: bool = False) -> dict:
     from pathlib import Path
 
     from provisioner.matrix import schema
+    from provisioner.matrix.yamlio import Node
     from provisioner.matrix.yamlio import load as load_yaml
 
     merged: dict[str, dict] = {name: {} for name in schema.SECTIONS}
@@ -125,7 +143,7 @@ def _build(layers, lenient: bool = False) -> dict:
             doc = load_yaml(Path(path), label)
             if doc is None:
                 continue
-            if not isinstance(doc, dict):
+            if not isinstance(doc, Node):
                 raise MatrixError(f"{label}:1: a matrix file is a mapping of sections (e.g. 'cann:', 'torch_npu:')")
             for section, rows in doc.items():
                 if section == "policy":
@@ -149,7 +167,7 @@ def _build(layers, lenient: bool = False) -> dict:
                         )
                     seen[(section, key)] = row.where(spec.key)
                     _merge(merged[section], key, row, layer_name != "shipped")
-    data = {}
+    data: dict[str, Any] = {}
     for section, rows in merged.items():
         for row in rows.values():
             schema.check_complete(section, row)
@@ -189,7 +207,7 @@ def _cross_check(data: dict, merged: dict, lenient: bool = False) -> list[dict]:
     Returns the dangling source ids when `lenient` (else the first one fails)."""
     from provisioner.matrix import schema
 
-    def fail(section: str, row: dict, key: str, msg: str):
+    def fail(section: str, row: dict, key: str, msg: str) -> NoReturn:
         node = merged[section].get(_row_key(section, row[schema.SECTIONS[section].key]))
         where = node.where(key) if node is not None else row["_at"]
         raise MatrixError(f"{where}: {msg}")
@@ -235,18 +253,18 @@ def _cross_check(data: dict, merged: dict, lenient: bool = False) -> list[dict]:
 
     cann_keys = set()
     for row in data["cann"]:
-        cann_keys.add(V(row["version"]).key)
+        cann_keys.add(_key(row["version"]))
         for alias in row.get("aliases", []):
-            cann_keys.add(V(alias).key)
+            cann_keys.add(_key(alias))
 
     def need_cann(section, row, key, value):
-        if value is not None and V(value).key not in cann_keys:
+        if value is not None and _key(value) not in cann_keys:
             fail(section, row, key, f"{section} row {row[schema.SECTIONS[section].key]!r} names CANN {value!r}, which is not in the matrix")
 
-    products = {V(r["product"]).key for r in data["torch_npu_releases"]}
+    products = {_key(r["product"]) for r in data["torch_npu_releases"]}
     for row in data["torch_npu"]:
         need_cann("torch_npu", row, "cann", row.get("cann"))
-        if row.get("product") and V(row["product"]).key not in products:
+        if row.get("product") and _key(row["product"]) not in products:
             fail("torch_npu", row, "product", f"torch_npu row {row['wheel']!r} names unknown TorchNPU release {row['product']!r}")
     for row in data["mindspore"]:
         need_cann("mindspore", row, "cann", row["cann"])
@@ -338,15 +356,17 @@ class Matrix:
     def _cann_index(self) -> dict:
         out = {}
         for row in self.data["cann"]:
-            out[V(row["version"]).key] = row
+            out[_key(row["version"])] = row
             for alias in row.get("aliases", []):
-                out.setdefault(V(alias).key, row)
+                out.setdefault(_key(alias), row)
         return out
 
-    def cann(self, version: str) -> dict | None:
+    def cann(self, version: str | None) -> dict | None:
+        if not version:
+            return None
         try:
-            return self._cann_index.get(V(version).key)
-        except VersionError:
+            return self._cann_index.get(_key(version))
+        except ValueError:  # VersionError
             return None
 
     @cached_property
@@ -357,7 +377,8 @@ class Matrix:
             cann = self.cann(row["cann"])
             for tag in row["tags"]:
                 m = IMAGE_TAG.match(tag)
-                out.setdefault(V(cann["version"]).key, []).append(
+                assert cann is not None and m is not None  # checked when the matrix was loaded
+                out.setdefault(_key(cann["version"]), []).append(
                     {
                         "tag": f"{row['cann']}-{tag}",
                         "chip": m["chip"],
@@ -372,35 +393,37 @@ class Matrix:
                 )
         return out
 
-    def images(self, cann_version: str, chip: str | None = None) -> list[dict]:
-        imgs = self._images.get(parse(cann_version).key, [])
+    def images(self, cann_version: str, chip: str | None = None) -> list[Image]:
+        imgs = self._images.get(_key(cann_version), [])
         return [i for i in imgs if chip is None or i["chip"] == chip]
 
     def registries(self) -> list[dict]:
         regs = self.data["registries"]
         return sorted(regs, key=lambda r: not r.get("default"))
 
-    def torch_npu(self, wheel: str) -> dict | None:
-        try:
-            key = V(wheel).key
-        except VersionError:
+    def torch_npu(self, wheel: str | None) -> dict | None:
+        if not wheel:
             return None
-        return next((r for r in self.data["torch_npu"] if V(r["wheel"]).key == key), None)
+        try:
+            key = _key(wheel)
+        except ValueError:  # VersionError
+            return None
+        return next((r for r in self.data["torch_npu"] if _key(r["wheel"]) == key), None)
 
     def release(self, product: str | None) -> dict | None:
         if not product:
             return None
-        key = V(product).key
-        return next((r for r in self.data["torch_npu_releases"] if V(r["product"]).key == key), None)
+        key = _key(product)
+        return next((r for r in self.data["torch_npu_releases"] if _key(r["product"]) == key), None)
 
     def torch_python(self, torch: str) -> str | None:
-        key = V(torch).key
-        row = next((r for r in self.data["torch"] if V(r["version"]).key == key), None)
+        key = _key(torch)
+        row = next((r for r in self.data["torch"] if _key(r["version"]) == key), None)
         return row["python"] if row else None
 
     def torch_wheel_rule(self, arch: str, torch: str) -> dict:
         """How torch is pinned by torch_npu and installed, for this CPU architecture and torch line."""
-        from provisioner.matrix.versions import Spec
+        from provisioner.matrix.versions import Spec, parse
 
         want = parse(torch).public()
         for row in self.data["torch_wheels"]:

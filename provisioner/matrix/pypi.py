@@ -33,13 +33,13 @@ import urllib.request
 import zipfile
 from dataclasses import dataclass, field
 
+from provisioner.arch import ARCHES
 from provisioner.errors import ProvisionError
 from provisioner.matrix import cache
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 ACCEPT = ("application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2,"
           " text/html;q=0.01")
-ARCHES = ("x86_64", "aarch64")
 
 
 class IndexUnavailable(ProvisionError):

@@ -167,7 +167,7 @@ def read_index(index, keep=None, progress=None) -> Facts:
             if tag.count("-") > 2:  # a build tag precedes the python tag
                 tag = tag.split("-", 1)[1]
             releases.setdefault(tags.version, []).append(
-                Wheel(tag, tags.pythons, tags.arch, pins.get(f.filename), f.yanked))
+                Wheel(tag, tags.pythons, tags.arch or "any", pins.get(f.filename), f.yanked))
         facts.projects[project] = releases
     facts.stats = dict(index.fetched)
     return facts
@@ -193,7 +193,7 @@ def index_json(facts: Facts) -> str:
         for vn, version in enumerate(versions):
             files = []
             for w in sorted(releases[version], key=lambda w: w.tag):
-                item = {"tag": w.tag}
+                item: dict[str, object] = {"tag": w.tag}
                 if w.pin is not None:
                     item["pin"] = w.pin
                 if w.yanked:

@@ -22,13 +22,13 @@ import json
 import os
 from dataclasses import dataclass, field
 
+from provisioner.arch import ARCHES
 from provisioner.errors import ProvisionError
 from provisioner.matrix.snapshot import Facts, write_atomic
 from provisioner.matrix.verify import _key, _minors, _range_text
 from provisioner.matrix.versions import V, VersionError, sort_versions
 
 SCHEMA = "provision.matrix-sync/1"
-ARCHES = ("x86_64", "aarch64")
 
 
 @dataclass
@@ -223,7 +223,7 @@ def render(report: SyncReport) -> str:
              "# Rows marked `pairing: unconfirmed` take the CANN of their closest relative in the matrix;",
              "# no source pairs them yet, so stacks built on them carry a warning. Review the rows, then",
              "# use the file with --matrix FILE (or PROVISION_MATRIX=FILE).", ""]
-    sections = {"torch_npu": [], "mindspore": []}
+    sections: dict[str, list] = {"torch_npu": [], "mindspore": []}
     for f in report.findings:
         if f.row is None:
             continue

@@ -215,9 +215,18 @@ class Spec:
         return self.text
 
 
+@lru_cache(maxsize=1024)
+def spec(text: str) -> Spec:
+    """A cached Spec (the matrices repeat a few hundred spec strings)."""
+    return Spec(text)
+
+
 def any_match(specs: list[str] | tuple[str, ...] | None, v: V | str) -> bool:
     """True if ``v`` matches any spec in the list (an OR of terms)."""
-    return bool(specs) and any(Spec(s).matches(v) for s in specs)
+    if not specs:
+        return False
+    version = v if isinstance(v, V) else parse(v)
+    return any(spec(s).matches(version) for s in specs)
 
 
 class PyRange:
@@ -239,6 +248,12 @@ class PyRange:
 
     def __str__(self) -> str:
         return self.text
+
+
+@lru_cache(maxsize=512)
+def py_range(text: str) -> PyRange:
+    """A cached PyRange."""
+    return PyRange(text)
 
 
 def sort_versions(texts, reverse: bool = False) -> list[str]:

@@ -11,6 +11,9 @@ class Node(dict):
     """A mapping that remembers where it came from (``line``) and where each key was."""
 
     __slots__ = ("file", "line", "key_lines")
+    file: str
+    line: int
+    key_lines: dict[str, int]
 
     def where(self, key: str | None = None) -> str:
         line = self.key_lines.get(key, self.line) if key else self.line

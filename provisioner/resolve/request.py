@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
-
+from provisioner.arch import machine as machine_arch
+from provisioner.arch import normalize as normalize_arch
 from provisioner.errors import ProvisionError
 
 EXTRAS = ("apex", "mindspeed-llm", "deepspeed")
 EXTRA_ALIASES = {"mindspeed": "mindspeed-llm", "mindspeed-rl": "mindspeed-llm", "megatron": "mindspeed-llm"}
-ARCH_ALIASES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
 
 
 class Request:
@@ -19,6 +18,27 @@ class Request:
               "driver", "dtype", "extras", "pins", "base_image", "registry", "profile", "host_os", "arch_from_host")
     _DEFAULTS = {"extras": (), "pins": (), "arch_from_host": False}
     __slots__ = FIELDS
+
+    # The fields (annotations only: the slots hold the values).
+    card: str
+    task: str | None
+    framework: str | None
+    cann: str | None
+    torch: str | None
+    torch_npu: str | None
+    mindspore: str | None
+    python: str | None
+    arch: str
+    os: str | None
+    driver: str | None
+    dtype: str | None
+    extras: tuple[str, ...]
+    pins: tuple[tuple[str, str], ...]
+    base_image: str | None
+    registry: str | None
+    profile: str | None
+    host_os: str | None
+    arch_from_host: bool
 
     def __init__(self, **values):
         unknown = set(values) - set(self.FIELDS)
@@ -75,10 +95,6 @@ def parse_extras(items) -> tuple[str, ...]:
     return tuple(out)
 
 
-def host_arch() -> str | None:
-    return ARCH_ALIASES.get(os.uname().machine.lower())
-
-
 def build(matrix, profile: str | None = None, **options) -> Request:
     """Combine a profile's constraints with command-line options (options win)."""
     base: dict = {}
@@ -99,12 +115,12 @@ def build(matrix, profile: str | None = None, **options) -> Request:
             value = tuple(dict.fromkeys([*base.get("extras", ()), *parse_extras(value)]))
         base[key] = value
     if base.get("arch"):
-        arch = ARCH_ALIASES.get(str(base["arch"]).lower())
+        arch = normalize_arch(base["arch"])
         if arch is None:
             raise ProvisionError(f"unknown --arch {base['arch']!r} (x86_64 or aarch64)")
         base["arch"] = arch
     else:
-        base["arch"] = host_arch() or "x86_64"
+        base["arch"] = machine_arch() or "x86_64"
         base["arch_from_host"] = True
     if not base.get("card"):
         raise ProvisionError("--card is required (or a --profile that names one)")
@@ -117,17 +133,3 @@ def build(matrix, profile: str | None = None, **options) -> Request:
     if req.mindspore and req.framework is None:
         req = req.replace(framework="mindspore")
     return req
-
-
-def stack_for(overlays, options: dict):
-    """Load the matrix (with overlays), build the request and resolve it (cached).
-
-    Returns (matrix, stack); a refusal raises ResolveError, bad input ProvisionError.
-    """
-    from provisioner.matrix import cache
-    from provisioner.matrix import loader as matrix
-
-    m = matrix.load(list(overlays or ()))
-    opts = dict(options)
-    profile = opts.pop("profile", None)
-    return m, cache.cached_resolve(m, build(m, profile=profile, **opts))

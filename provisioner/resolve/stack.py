@@ -10,16 +10,25 @@ from __future__ import annotations
 import hashlib
 import json
 
-from provisioner.resolve.solve import (
-    Context,
-    _bundles_for,
-    _pyr,
-    _v,
-    driver_fit,
-    hdk_row,
-    hdk_summary,
-    penalties,
-)
+from provisioner.matrix.versions import parse, py_range
+from provisioner.resolve.candidates import Context, bundles_for, penalties
+from provisioner.resolve.driverfit import driver_fit, hdk_row, hdk_summary
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
+    from provisioner.shapes import (
+        Candidate,
+        Stack,
+        StackApex,
+        StackBaseImage,
+        StackDriver,
+        StackMindSpore,
+        StackTorch,
+        StackTorchNpu,
+    )
 
 SCHEMA = "provision.stack/1"
 
@@ -28,14 +37,13 @@ def _refs(m, sources) -> list[str]:
     return [m.source_ref(s) for s in (sources or [])]
 
 
-def _choice_reason(ctx: Context, cand: dict, field: str, requested: str | None, alternatives: list[str],
-                   default_reason: str) -> str:
+def _choice_reason(chosen: str, requested: str | None, alternatives: list[str], default_reason: str) -> str:
     if requested:
-        return f"{cand[field]}: as requested"
+        return f"{chosen}: as requested"
     if len(alternatives) <= 1:
-        return f"{cand[field]}: {default_reason}"
-    others = [a for a in alternatives if a != cand[field]]
-    return f"{cand[field]}: {default_reason} (also possible: {', '.join(others)})"
+        return f"{chosen}: {default_reason}"
+    others = [a for a in alternatives if a != chosen]
+    return f"{chosen}: {default_reason} (also possible: {', '.join(others)})"
 
 
 def _dtype(ctx: Context) -> tuple[dict, str | None]:
@@ -57,7 +65,8 @@ def _dtype(ctx: Context) -> tuple[dict, str | None]:
     return {"compute": compute, "loss_scaling": scaling, "reason": reason}, note
 
 
-def make_stack(ctx: Context, cand: dict, via_alias: str | None) -> dict:
+def make_stack(ctx: Context, cand: Candidate, via_alias: str | None) -> Stack:
+    """The Stack of a chosen candidate: the choices, `explain` (why each), `sources`, `warnings` and `id`."""
     m, req, card, fam = ctx.m, ctx.req, ctx.card, ctx.family
     base = ctx.base()
     explain: dict[str, str] = {}
@@ -80,20 +89,23 @@ def make_stack(ctx: Context, cand: dict, via_alias: str | None) -> dict:
     cann_row = cand["cann_row"]
 
     # framework parts
-    torch = torch_npu = mindspore = apex = None
+    torch: StackTorch | None = None
+    torch_npu: StackTorchNpu | None = None
+    mindspore: StackMindSpore | None = None
+    apex: StackApex | None = None
     extras: dict = {}
     if cand["framework"] == "pytorch":
         wheel = cand["wheel"]
-        rule = m.torch_wheel_rule(req.arch, cand["torch"])
+        rule = m.torch_wheel_rule(req.arch, wheel["torch"])
         torch = {
-            "version": cand["torch"],
-            "requirement": rule["requirement"].format(torch=cand["torch"]),
+            "version": wheel["torch"],
+            "requirement": rule["requirement"].format(torch=wheel["torch"]),
             "index_url": rule.get("index_url"),
         }
         explain["torch"] = (f"{cand['torch']}: as requested" if req.torch else
                             f"{cand['torch']}: newest torch line with a clean stack for this card")
         pin = (wheel.get("torch_pin") or {}).get(req.arch) or rule["pin"]
-        pin = "no torch version" if pin == "none" else pin.format(torch=cand["torch"])
+        pin = "no torch version" if pin == "none" else pin.format(torch=wheel["torch"])
         explain["torch_requirement"] = (
             f"{torch['requirement']}" + (f" from {torch['index_url']}" if torch["index_url"] else " from PyPI")
             + f": {req.arch} torch_npu {wheel['wheel']} pins {pin}"
@@ -141,10 +153,10 @@ def make_stack(ctx: Context, cand: dict, via_alias: str | None) -> dict:
             explain["deepspeed"] = f"{row['requirement']}: {row.get('notes', '').split(';')[0]}".strip()
             sources["deepspeed"] = _refs(m, row.get("source"))
         if "mindspeed-llm" in req.extras:
-            bundles = _bundles_for(ctx, cand)
+            bundles = bundles_for(ctx, cand)
             bundle = max(bundles, key=lambda b: (b.get("status") != "preview",
-                                                 any(_v(c) == _v(cand["cann"]) for c in b.get("cann", [])),
-                                                 _v(b.get("release") or "0").key))
+                                                 any(parse(c) == parse(cand["cann"]) for c in b.get("cann", [])),
+                                                 parse(b.get("release") or "0").key))
             extras["mindspeed_llm"] = {
                 "set": bundle["id"],
                 "kind": bundle["kind"],
@@ -169,18 +181,19 @@ def make_stack(ctx: Context, cand: dict, via_alias: str | None) -> dict:
     explain["cann"] = f"{cand['cann']}: " + ("as requested; " if req.cann else "") + cann_reason
     sources["cann"] = _refs(m, cann_row.get("source"))
 
-    pythons = sorted({c["python"] for c in same_stack if c["os"] == cand["os"]}, key=lambda p: _v(p).key)
-    explain["python"] = _choice_reason(ctx, cand, "python", req.python, pythons,
+    pythons = sorted({c["python"] for c in same_stack if c["os"] == cand["os"]}, key=lambda p: parse(p).key)
+    explain["python"] = _choice_reason(cand["python"], req.python, pythons,
                                        "the only Python every part supports with an official image"
                                        if len(pythons) == 1 else f"first in the preference order (the official images default to {m.policy['python_preference'][0]})")
     oses = sorted({c["os"] for c in same_stack if c["python"] == cand["python"]})
-    explain["os"] = _choice_reason(ctx, cand, "os", req.os, oses, "first in the preference order"
+    explain["os"] = _choice_reason(cand["os"], req.os, oses, "first in the preference order"
                                    if len(oses) > 1 else "the only OS with a matching official image")
     if req.host_os:
         explain["host_os"] = f"{req.host_os}: the host OS does not constrain the container OS"
 
     # base image
     img = cand["image"]
+    base_image: StackBaseImage
     regs = m.registries()
     if req.registry:
         regs = sorted(regs, key=lambda r: r["id"] != req.registry)
@@ -193,12 +206,12 @@ def make_stack(ctx: Context, cand: dict, via_alias: str | None) -> dict:
                                                                 " (not in today's list; published earlier or seen in use)"))
         sources["base_image"] = _refs(m, img.get("source"))
     else:
-        base_image = {"ref": req.base_image, "tag": None, "official": False, "mirrors": []}
+        base_image = {"ref": req.base_image or "", "tag": None, "official": False, "mirrors": []}
         explain["base_image"] = f"{req.base_image}: custom base image as requested (its CANN and Python are not checked)"
         warnings.append(f"custom base image {req.base_image}: make sure it carries CANN {cand['cann']} and Python {cand['python']}")
 
     hdk_src, inherited = hdk_row(m, cann_row)
-    driver = {"paired": list(hdk_src.get("hdk_paired", [])), "compatible": list(hdk_src.get("hdk_compatible", [])),
+    driver: StackDriver = {"paired": list(hdk_src.get("hdk_paired", [])), "compatible": list(hdk_src.get("hdk_compatible", [])),
               "summary": hdk_summary(hdk_src), "inherited_from": hdk_src["version"] if inherited else None}
     explain["driver"] = f"the host's HDK driver must be {driver['summary']}"
     if inherited:
@@ -216,10 +229,10 @@ def make_stack(ctx: Context, cand: dict, via_alias: str | None) -> dict:
         notes.append(dtype_note)
     if cann_row.get("notes") and "disagree" in cann_row["notes"]:
         notes.append(f"CANN {cann_row['version']}: {cann_row['notes']}")
-    if cand["framework"] == "pytorch" and cand["wheel"].get("python") and cand["python"] not in _pyr(cand["wheel"]["python"]):
+    if cand["framework"] == "pytorch" and cand["wheel"].get("python") and cand["python"] not in py_range(cand["wheel"]["python"]):
         warnings.append("python outside the wheel's range")  # cannot happen: candidates are filtered
 
-    stack = {
+    stack: Stack = {
         "schema": SCHEMA,
         "card": {
             "id": card["id"],
@@ -237,7 +250,7 @@ def make_stack(ctx: Context, cand: dict, via_alias: str | None) -> dict:
             "training": fam["training"] and card.get("training", True) is not False,
             "bf16": fam["bf16"],
         },
-        "task": req.task,
+        "task": req.task or "",
         "arch": req.arch,
         "os": cand["os"],
         "python": cand["python"],
@@ -261,13 +274,13 @@ def make_stack(ctx: Context, cand: dict, via_alias: str | None) -> dict:
     return stack
 
 
-def summary(stack: dict) -> str:
+def summary(stack: Mapping[str, Any]) -> str:
     """One line naming the parts of a stack: card, CANN, framework, Python, Apex and extras."""
     parts = [stack["card"]["id"], f"CANN {stack['cann']['version']}"]
-    if stack.get("torch"):
-        parts.append(f"torch {stack['torch']['version']} + torch_npu {stack['torch_npu']['version']}")
-    if stack.get("mindspore"):
-        parts.append(f"MindSpore {stack['mindspore']['version']}")
+    if (torch := stack.get("torch")) and (torch_npu := stack.get("torch_npu")):
+        parts.append(f"torch {torch['version']} + torch_npu {torch_npu['version']}")
+    if mindspore := stack.get("mindspore"):
+        parts.append(f"MindSpore {mindspore['version']}")
     parts.append(f"Python {stack['python']}")
     if stack.get("apex"):
         parts.append("Apex")
@@ -279,7 +292,7 @@ _HASHED = ("card", "chip", "task", "arch", "os", "python", "framework", "cann", 
            "mindspore", "apex", "extras", "dtype")
 
 
-def stack_id(stack: dict) -> str:
+def stack_id(stack: Stack) -> str:
     """Hash of the choices (not the explanations): names images deterministically."""
     body = {k: stack.get(k) for k in _HASHED}
     blob = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()

@@ -61,7 +61,8 @@ def is_complete(path: Path) -> bool:
             if (path / rel).stat().st_size != size:
                 return False
         state = json.loads((path / STATE).read_text())
-        return _NAME.match(path.name) is not None and int(_NAME.match(path.name).group(1)) == state["step"]
+        named = _NAME.match(path.name)
+        return named is not None and int(named.group(1)) == state["step"]
     except (OSError, ValueError, KeyError, TypeError):
         return False
 

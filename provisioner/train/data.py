@@ -122,8 +122,8 @@ def _records(path: Path) -> Iterator[tuple[str, Any]]:
     except FileNotFoundError:
         raise DataError(f"{path}: file not found") from None
     except UnicodeDecodeError as exc:
-        line = path.read_bytes()[: exc.start].count(b"\n") + 1
-        raise DataError(f"{path}:{line}: not valid UTF-8") from None
+        bad_line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise DataError(f"{path}:{bad_line}: not valid UTF-8") from None
     stripped = text.lstrip()
     if path.suffix == ".json" and stripped.startswith("["):
         yield from _array_records(path, text)

@@ -217,7 +217,7 @@ def rng_state(dev: DeviceInfo) -> dict[str, Any]:
     # Plain containers and tensors only, so the file loads with weights_only=True.
     state: dict[str, Any] = {
         "python": random.getstate(),
-        "numpy": (kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss),
+        "numpy": (kind, torch.from_numpy(np.asarray(keys).astype(np.int64)), pos, has_gauss, gauss),
         "cpu": torch.get_rng_state(),
     }
     if dev.type != "cpu":

@@ -95,7 +95,7 @@ class Trainer:
         eval_convs = load_conversations(cfg.eval_data, cfg.data_format) if cfg.eval_data else []
         if cfg.eval_split > 0:
             convs, eval_convs = split_eval(convs, cfg.eval_split, self.data_seed)
-        kw = dict(
+        kw: dict[str, Any] = dict(
             max_seq_len=cfg.max_seq_len,
             system_prompt=cfg.system_prompt,
             mask_history=cfg.mask_history,

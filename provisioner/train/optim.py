@@ -15,7 +15,8 @@ from provisioner.train.device import DeviceInfo
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     """No weight decay on biases and norm scales (the 1-D parameters)."""
-    decay, no_decay = [], []
+    decay: list = []
+    no_decay: list = []
     for p in model.parameters():
         if p.requires_grad:
             (decay if p.dim() >= 2 else no_decay).append(p)
@@ -51,8 +52,9 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig, dev: DeviceInfo) -> torc
         "betas": (cfg.adam_beta1, cfg.adam_beta2),
         "eps": cfg.adam_epsilon,
     }
-    if optimizer_kind(cfg, dev) == "npu_fused_adamw":
-        return _npu_fused_adamw()(groups, **kwargs)
+    fused = _npu_fused_adamw() if optimizer_kind(cfg, dev) == "npu_fused_adamw" else None
+    if fused is not None:
+        return fused(groups, **kwargs)
     if dev.type == "cuda":
         kwargs["fused"] = True
     return torch.optim.AdamW(groups, **kwargs)

@@ -64,7 +64,7 @@ def arithmetic_alpaca(n: int, seed: int = 0) -> list[dict]:
     out = []
     for i in range(n):
         a, b = rng.randint(1, 99), rng.randint(1, 99)
-        rec = {
+        rec: dict = {
             "instruction": f"Add the two numbers and answer in one sentence. Case {i}.",
             "input": f"{a} and {b}" + " please" * rng.randint(0, 12),
             "output": f"The sum of {a} and {b} is {a + b}.",

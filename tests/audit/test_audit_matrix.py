@@ -5,7 +5,7 @@ import textwrap
 import pytest
 
 from provisioner.errors import MatrixError
-from provisioner.matrix import loader as matrix
+from provisioner.matrix import loader
 
 
 def test_audit_sections_load_with_sources(matrix):
@@ -36,11 +36,11 @@ def test_bad_audit_row_names_file_and_line(tmp_path):
             source: test
     """))
     with pytest.raises(MatrixError, match=r"bad.yaml:4: .*provided_by must be one of driver, cann, dcmi"):
-        matrix.load([bad], use_cache=False)
+        loader.load([bad], use_cache=False)
 
 
 def test_threshold_overlay_changes_the_limit(tmp_path):
     over = tmp_path / "limits.yaml"
     over.write_text("audit_limits:\n  - id: shm_min_mb\n    value: 64\n    source: local policy\n")
-    m = matrix.load([over], use_cache=False)
+    m = loader.load([over], use_cache=False)
     assert {r["id"]: r["value"] for r in m.rows("audit_limits")}["shm_min_mb"] == 64

@@ -7,11 +7,10 @@ import shutil
 import pytest
 
 from provisioner.errors import ProvisionError
-from provisioner.host import audit, findings
+from provisioner.host import audit, audit_chips, audit_driver, audit_image, audit_system, findings
 from provisioner.host import probe as host
 from provisioner.image import labels as image_labels
-from provisioner.matrix import cache
-from provisioner.resolve import request
+from provisioner.resolve import cached, driverfit, request
 
 
 @pytest.mark.parametrize("driver, cann, verdict", [
@@ -28,7 +27,7 @@ from provisioner.resolve import request
     ("25.2.1", "8.5.0", "ok"),              # 25.2.* compatible
 ])
 def test_driver_verdict(matrix, driver, cann, verdict):
-    assert audit.driver_verdict(driver, matrix.cann(cann), matrix)[0] == verdict
+    assert driverfit.driver_verdict(driver, matrix.cann(cann), matrix)[0] == verdict
 
 
 @pytest.mark.parametrize("driver, pairs, ok", [
@@ -46,7 +45,7 @@ def test_driver_verdict(matrix, driver, cann, verdict):
     ("23.0.rc3", [["23.0.0", "23.0.0."]], False),
 ])
 def test_firmware_accepts_driver(driver, pairs, ok):
-    assert audit.driver_accepted_by_firmware(driver, pairs) is ok
+    assert audit_driver.driver_accepted_by_firmware(driver, pairs) is ok
 
 
 def test_bracket_pairs():
@@ -84,7 +83,7 @@ def test_a_crashing_check_becomes_a_finding_and_the_rest_run(matrix):
     def broken(ctx):
         raise KeyError("surprise")
 
-    checks = [("first", audit.check_chip_health), ("broken", broken), ("last", audit.check_chip_busy)]
+    checks = [("first", audit_chips.check_chip_health), ("broken", broken), ("last", audit_chips.check_chip_busy)]
     rep = _report(npu_smi={"source": "file", "chips": [_chip(0, "910B2", "910b", "Alarm", [{"pid": 9, "name": "py"}])]})
     doc = audit.audit(rep, matrix, checks=checks)
     assert ids(doc) == [("error", "chip-unhealthy"), ("warning", "check-crashed"), ("warning", "chip-busy")]
@@ -103,17 +102,17 @@ def test_health_states(matrix):
     rep = _report(npu_smi={"source": "file", "chips": [_chip(0, "910B2", "910b", "Critical"),
                                                         _chip(1, "910B2", "910b", "Warning"),
                                                         _chip(2, "910B2", "910b", "OK")]})
-    doc = audit.audit(rep, matrix, checks=[("h", audit.check_chip_health)])
+    doc = audit.audit(rep, matrix, checks=[("h", audit_chips.check_chip_health)])
     assert [(f["id"], f["message"]) for f in doc["findings"]] == [
         ("chip-unhealthy", "NPU 0: health Critical"), ("chip-health-warning", "NPU 1: health Warning")]
 
 
 def test_shm_threshold_comes_from_the_matrix(matrix):
     doc = audit.audit(_report(shm={"path": "/dev/shm", "total_mb": 64, "free_mb": 64}), matrix,
-                      checks=[("shm", audit.check_shm)])
+                      checks=[("shm", audit_system.check_shm)])
     assert [(f["id"], f["message"]) for f in doc["findings"]] == [("shm-small", "/dev/shm is 64 MB, below 2048 MB")]
     doc = audit.audit(_report(shm={"path": "/dev/shm", "total_mb": 4096, "free_mb": 10}), matrix,
-                      checks=[("shm", audit.check_shm)])
+                      checks=[("shm", audit_system.check_shm)])
     assert doc["findings"] == []
 
 
@@ -124,7 +123,7 @@ def test_device_numbering_checks(matrix):
               {"name": "hisi_hdc", "type": "char", "mode": "0o660", "gid": 1001}]
     rep = _report(npu_smi={"source": "file", "chips": chips, "info": {"second_id": "Phy-ID"}},
                   devices={"nodes": nodes, "davinci_ids": [0, 1, 2, 5]})
-    doc = audit.audit(rep, matrix, checks=[("d", audit.check_devices)])
+    doc = audit.audit(rep, matrix, checks=[("d", audit_system.check_devices)])
     assert [(f["id"], f["message"]) for f in doc["findings"]] == [
         ("device-nodes-missing", "/dev/devmm_svm missing"),
         ("device-ids-mismatch", "npu-smi Phy-ID ids [0, 1, 2, 3] differ from /dev/davinci ids [0, 1, 2, 5]"),
@@ -136,7 +135,7 @@ def test_device_numbering_checks(matrix):
 
 
 def resolved(matrix, **options):
-    return copy.deepcopy(cache.cached_resolve(matrix, request.build(matrix, **options)))
+    return copy.deepcopy(cached.cached_resolve(matrix, request.build(matrix, **options)))
 
 
 @pytest.fixture
@@ -147,7 +146,7 @@ def seed_report(audit_host, matrix):
 
 def image_doc(matrix, report, stack, **kw):
     return audit.audit(report, matrix, audit.AuditOptions(image="provision/test:1", image_stack=stack, **kw),
-                       checks=[("image", audit.check_image)])
+                       checks=[("image", audit_image.check_image)])
 
 
 def test_image_that_fits(matrix, seed_report):
@@ -163,7 +162,7 @@ def test_image_needing_a_newer_driver_gets_a_recommendation(matrix, seed_report)
     assert [f["id"] for f in doc["findings"]] == ["image-driver-too-old", "image-recommendation"]
     assert "provision/test:1 (CANN 9.1.0)" in doc["findings"][0]["message"]
     rec = doc["image"]["recommended"]["stack"]
-    assert audit.driver_verdict("25.0.rc1.1", matrix.cann(rec["cann"]["version"]), matrix)[0] in ("ok", "patch")
+    assert driverfit.driver_verdict("25.0.rc1.1", matrix.cann(rec["cann"]["version"]), matrix)[0] in ("ok", "patch")
     assert doc["findings"][1]["remedy"] == "provision build --card 800T-A2 --driver 25.0.rc1.1 --arch aarch64 --task train --framework pytorch"
     assert rec["base_image"]["ref"] in doc["findings"][1]["message"]
 
@@ -305,12 +304,12 @@ def test_image_on_a_host_without_driver(matrix, audit_host):
 def test_npu_unavailable_from_mapping(matrix):
     rep = _report(npu_smi={"source": "file", "chips": [], "info": None, "notes": [], "error": None,
                            "mapping": {"rows": [{"npu": -1, "chip": 2, "logic_id": None, "name": "x", "mcu": False}]}})
-    doc = audit.audit(rep, matrix, checks=[("n", audit.check_npu_smi)])
+    doc = audit.audit(rep, matrix, checks=[("n", audit_chips.check_npu_smi)])
     assert ids(doc) == [("warning", "npu-unavailable")]
 
 
 def test_busy_chip_on_a3_names_the_die(matrix):
     chips = [dict(_chip(n // 2, "Ascend910", "a3"), chip=n % 2, phy_id=n) for n in range(4)]
     chips[3]["processes"] = [{"pid": 42, "name": "python"}]
-    doc = audit.audit(_report(npu_smi={"source": "file", "chips": chips}), matrix, checks=[("b", audit.check_chip_busy)])
+    doc = audit.audit(_report(npu_smi={"source": "file", "chips": chips}), matrix, checks=[("b", audit_chips.check_chip_busy)])
     assert doc["findings"][0]["message"] == "chip(s) in use: NPU 1 chip 1: pid 42 python"

@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 
 from provisioner.cli import main
-from provisioner.host import doctor
-from provisioner.matrix import cache
-from provisioner.resolve import request
+from provisioner.host import doctor, fakehost
+from provisioner.resolve import cached, request
 from tests.helpers import hosts
 
 REPO = Path(__file__).resolve().parents[2]
@@ -63,8 +62,8 @@ def test_no_npu_machine_is_reported_honestly(cpu_doc):
 
 
 def test_doctor_never_imports_torch_itself(tmp_path):
-    code = ("import sys; from provisioner.host import doctor; from provisioner.matrix import loader as matrix;"
-            f" d = doctor.run('/', {str(tmp_path)!r}, matrix=matrix.load());"
+    code = ("import sys; from provisioner.host import doctor; from provisioner.matrix import loader;"
+            f" d = doctor.run('/', {str(tmp_path)!r}, matrix=loader.load());"
             " assert 'torch' not in sys.modules, 'torch imported in the doctor process';"
             " print(d['exit_code'])")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
@@ -104,15 +103,16 @@ def container_tree(tmp_path: Path, stack: dict | None) -> tuple[Path, Path]:
         (root / "etc/provision").mkdir(parents=True)
         (root / "etc/provision/stack.json").write_text(json.dumps(stack))
     dev = tmp_path / "dev"
-    hosts.make_nodes(dev, [(f"davinci{n}", "c", 236, n, 0o660, 1000, 1000) for n in range(2)]
-                     + [("davinci_manager", "c", 235, 0, 0o660, 1000, 1000), ("devmm_svm", "c", 238, 0, 0o660, 1000, 1000),
-                        ("hisi_hdc", "c", 237, 0, 0o660, 1000, 1000)])
+    fakehost.make_nodes(dev, [fakehost.Node(f"davinci{n}", "c", 236, n, 0o660, 1000, 1000) for n in range(2)]
+                        + [fakehost.Node("davinci_manager", "c", 235, 0, 0o660, 1000, 1000),
+                           fakehost.Node("devmm_svm", "c", 238, 0, 0o660, 1000, 1000),
+                           fakehost.Node("hisi_hdc", "c", 237, 0, 0o660, 1000, 1000)])
     return root, dev
 
 
 def test_container_tree_with_stack_label(tmp_path, matrix):
     torch = pytest.importorskip("torch")
-    stack = cache.cached_resolve(matrix, request.build(matrix, card="800T-A2", cann="8.2.RC1", arch="aarch64"))
+    stack = cached.cached_resolve(matrix, request.build(matrix, card="800T-A2", cann="8.2.RC1", arch="aarch64"))
     root, dev = container_tree(tmp_path, stack)
     doc = doctor.run(root, dev, env=base_env(), matrix=matrix)
     facts = doc["facts"]

@@ -1,7 +1,6 @@
 """`provision audit` on every fixture host: the exact findings and exit code, text golden files, options."""
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -10,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from provisioner.cli import main
+from tests.helpers import golden as goldens
 from tests.helpers import hosts
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -208,11 +208,11 @@ def test_npu_smi_timeout_is_a_warning(audit_host, capsys):
 def test_engine_unreachable_finding(audit_host, capsys, monkeypatch):
     from provisioner.host import audit
     from provisioner.host import probe as host
-    from provisioner.matrix import loader as matrix
+    from provisioner.matrix import loader
 
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     h = audit_host("seed-800ta2")
-    m = matrix.load()
+    m = loader.load()
     rep = host.probe(h.root, h.dev_root, engine="probe", chip_rows=m.rows("chips"))
     doc = audit.audit(rep, m)
     assert ("info", "docker-engine-unreachable") in ids(doc) and doc["exit_code"] == 0
@@ -252,17 +252,14 @@ def test_text_report_golden(name, audit_host, capsys):
     rc = main(["audit", "--root", str(h.root), "--dev-root", str(h.dev_root)])
     text = _normalized(capsys.readouterr().out, h)
     assert rc == EXPECTED[name][0]
-    path = GOLDEN / f"audit-{name}.txt"
-    if os.environ.get("PROVISION_REGEN"):
-        path.parent.mkdir(exist_ok=True)
-        path.write_text(text)
-    assert text == path.read_text()
+    goldens.check(GOLDEN / f"audit-{name}.txt", text)
 
 
-def test_cli_subprocess_exit_codes(audit_host):
+@pytest.mark.mknod
+def test_cli_subprocess_exit_codes(audit_host_real):
     # The installed entry point, as a user runs it: exit code follows the worst finding.
     for name in ("seed-800ta2", "a3-16", "broken-driver-old"):
-        h = audit_host(name)
+        h = audit_host_real(name)
         res = subprocess.run([sys.executable, "-m", "provisioner.cli", "audit", "--root", str(h.root),
                               "--dev-root", str(h.dev_root)], capture_output=True, text=True)
         assert res.returncode == EXPECTED[name][0], res.stderr

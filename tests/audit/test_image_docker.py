@@ -7,8 +7,7 @@ import pytest
 
 from provisioner.cli import main
 from provisioner.image import labels as image_labels
-from provisioner.matrix import cache
-from provisioner.resolve import request
+from provisioner.resolve import cached, request
 
 pytestmark = pytest.mark.docker
 
@@ -25,7 +24,7 @@ def _build(client, tag: str, labels: dict) -> None:
 
 
 def test_audit_reads_the_stack_label(engine, audit_host, matrix, capsys):
-    stack = cache.cached_resolve(matrix, request.build(matrix, card="800T-A2", driver="25.0.rc1.1", arch="aarch64"))
+    stack = cached.cached_resolve(matrix, request.build(matrix, card="800T-A2", driver="25.0.rc1.1", arch="aarch64"))
     tag = f"provision-audit-test:{stack['id']}"
     _build(engine, tag, {image_labels.STACK_LABEL: json.dumps(stack, separators=(",", ":")),
                          image_labels.STACK_ID_LABEL: stack["id"]})

@@ -1,15 +1,16 @@
-"""Fixtures for the device-plan tests: the shipped matrix, materialized plan-* hosts, a Docker client."""
+"""Fixtures for the device-plan tests: the shipped matrix, the plan-* hosts (simulated device nodes: no root,
+no engine), golden files."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from provisioner.devices import enginefacts
 from provisioner.devices import plan as devices
-from provisioner.matrix import loader as matrix
+from provisioner.matrix import loader
+from tests.helpers import golden as goldens
 from tests.helpers import hosts
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -17,14 +18,12 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 
 @pytest.fixture(scope="session")
 def shipped():
-    return matrix.load()
+    return loader.load()
 
 
 @pytest.fixture(scope="session")
 def plan_hosts(tmp_path_factory):
     """Every plan-* fixture host, materialized once per session: name -> FakeHost."""
-    if os.geteuid() != 0:
-        pytest.fail("fake hosts need root to mknod device nodes")
     base = tmp_path_factory.mktemp("plan-hosts")
     return {n: hosts.materialize(n, base) for n in hosts.names() if n.startswith("plan-")}
 
@@ -47,11 +46,6 @@ def make_plan(shipped, plan_hosts):
 
 def golden(name: str, text: str) -> None:
     """Compare with tests/devices/golden/<name>; PROVISION_REGEN=1 rewrites it."""
-    path = GOLDEN / name
-    if os.environ.get("PROVISION_REGEN"):
-        path.write_text(text, encoding="utf-8")
-        return
-    assert path.is_file(), f"no golden file {path.name}; run with PROVISION_REGEN=1 and review it"
-    assert text == path.read_text(encoding="utf-8"), f"{path.name} differs; regenerate with PROVISION_REGEN=1 if intended"
+    goldens.check(GOLDEN / name, text)
 
 

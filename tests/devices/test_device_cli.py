@@ -116,10 +116,9 @@ def test_refusal_json(capsys, plan_hosts, no_engine):
 
 
 def test_stack_file_refusal(capsys, plan_hosts, shipped, tmp_path, no_engine):
-    from provisioner.matrix import cache
-    from provisioner.resolve import request
+    from provisioner.resolve import cached, request
 
-    s = cache.cached_resolve(shipped, request.build(shipped, card="300T-A2", cann="9.1.0"))
+    s = cached.cached_resolve(shipped, request.build(shipped, card="300T-A2", cann="9.1.0"))
     path = tmp_path / "stack.json"
     path.write_text(json.dumps({"schema": "provision.resolve/1", "status": "ok", "stack": s}))
     rc, out, err = run(capsys, "run-cmd", "--card", "300T-A2", "--devices", "0", "--stack", str(path),

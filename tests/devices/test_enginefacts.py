@@ -1,4 +1,5 @@
-"""The in-use matching on container-inspect dicts, and an engine that is not there."""
+"""The in-use matching on inspected containers (real inspect payloads read by the engine's ContainerInfo),
+the facts a (fake) engine gives, and an engine that is not there."""
 
 import os
 import time
@@ -7,10 +8,11 @@ import pytest
 
 from provisioner.devices import enginefacts
 from provisioner.devices.enginefacts import Holder
+from provisioner.engine.types import ContainerInfo
 
 
 def inspect(name, devices=(), env=(), runtime="runc", privileged=False, cid="0123456789abcdef"):
-    return {
+    return ContainerInfo.from_inspect({
         "Id": cid,
         "Name": "/" + name,
         "Config": {"Env": list(env)},
@@ -19,7 +21,8 @@ def inspect(name, devices=(), env=(), runtime="runc", privileged=False, cid="012
             "Privileged": privileged,
             "Devices": [{"PathOnHost": d, "PathInContainer": d, "CgroupPermissions": "rwm"} for d in devices] or None,
         },
-    }
+        "State": {"Status": "running", "Running": True},
+    })
 
 
 CHIPS = {n: f"/dev/davinci{n}" for n in range(8)}

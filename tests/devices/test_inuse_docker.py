@@ -15,6 +15,7 @@ import pytest
 from provisioner.cli import main
 from provisioner.devices import enginefacts, runline
 from provisioner.devices import plan as devices
+from provisioner.image import labels as image_labels
 
 pytestmark = pytest.mark.docker
 IMAGE = "provision-test/sleep:devices"
@@ -127,10 +128,9 @@ def test_printed_line_runs_as_printed(fake_host, sleep_image, capsys):
 def test_image_label_stack_needing_a_newer_driver_is_refused(docker_client, fake_host, shipped, capsys):
     import json
 
-    from provisioner.matrix import cache
-    from provisioner.resolve import request
+    from provisioner.resolve import cached, request
 
-    stack = cache.cached_resolve(shipped, request.build(shipped, card="300T-A2", cann="9.1.0"))
+    stack = cached.cached_resolve(shipped, request.build(shipped, card="300T-A2", cann="9.1.0"))
     tag = f"labelled-{uuid.uuid4().hex[:8]}"
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
@@ -140,7 +140,7 @@ def test_image_label_stack_needing_a_newer_driver_is_refused(docker_client, fake
         tar.addfile(info, io.BytesIO(data))
     label = json.dumps(stack, separators=(",", ":"))
     docker_client.api.import_image_from_data(buf.getvalue(), repository="provision-test/stack", tag=tag,
-                                             changes=[f"LABEL {enginefacts.STACK_LABEL}={json.dumps(label)}"])
+                                             changes=[f"LABEL {image_labels.STACK_LABEL}={json.dumps(label)}"])
     ref = f"provision-test/stack:{tag}"
     try:
         host = fake_host("plan-300ta2-4")

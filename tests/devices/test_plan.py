@@ -10,14 +10,14 @@ from provisioner.devices import enginefacts
 from provisioner.devices import plan as devices
 from provisioner.devices.plan import MultiNode, PlanRefused
 from provisioner.errors import MatrixError, ProvisionError
-from provisioner.matrix import cache
-from provisioner.resolve import request
+from provisioner.host import fakehost
+from provisioner.resolve import cached, request
 from tests.devices.test_enginefacts import inspect
 from tests.helpers import hosts
 
 
 def stack(shipped, card, cann):
-    return cache.cached_resolve(shipped, request.build(shipped, card=card, cann=cann))
+    return cached.cached_resolve(shipped, request.build(shipped, card=card, cann=cann))
 
 
 def names(plan):
@@ -112,8 +112,10 @@ def test_runtime_mode_leaves_runtime_mounts_out(make_plan):
 
 def test_310b_prefers_the_docker_manager_node(shipped, tmp_path):
     dev = tmp_path / "dev"
-    hosts.make_nodes(dev, [("davinci0", "c", 236, 0, 0o660, 0, 0), ("davinci_manager_docker", "c", 235, 1, 0o660, 0, 0),
-                           ("davinci_manager", "c", 235, 0, 0o660, 0, 0), ("vdec", "c", 218, 1, 0o660, 0, 0)])
+    fakehost.make_nodes(dev, [fakehost.Node("davinci0", "c", 236, 0, 0o660, 0, 0),
+                              fakehost.Node("davinci_manager_docker", "c", 235, 1, 0o660, 0, 0),
+                              fakehost.Node("davinci_manager", "c", 235, 0, 0o660, 0, 0),
+                              fakehost.Node("vdec", "c", 218, 1, 0o660, 0, 0)])
     root = hosts.materialize("plan-300ta2-4", tmp_path / "r").root
     plan = devices.plan(shipped, devices.Options(card="200I-A2", devices="0", root=str(root), dev_root=str(dev), task="inference",
                                                  mode="runtime", check_in_use=False))

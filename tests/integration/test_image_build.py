@@ -186,22 +186,22 @@ def test_trusted_ca_leaves_no_trace_in_the_image(docker_client, provision_image)
     assert not found, found
 
 
-def test_code_only_change_rebuilds_only_the_project_layer(base_image, wheelhouse, provision_image, tmp_path):
+def test_code_only_change_rebuilds_only_the_project_layer(base_image, wheelhouse, provision_image, tmp_path,
+                                                         docker_client):
     from provisioner.image import build, recipes, render
-    from provisioner.matrix import cache
-    from provisioner.matrix import loader as matrix
-    from provisioner.resolve import request
+    from provisioner.matrix import loader
+    from provisioner.resolve import cached, request
 
     copy = edited_project_copy(tmp_path / "src", f"edited by {__name__} at {time.time_ns()}")
-    m = matrix.load([str(OVERLAY)])
-    stack = cache.cached_resolve(m, request.build(m, card=CARD, torch=TORCH, base_image=base_image))
+    m = loader.load([str(OVERLAY)])
+    stack = cached.cached_resolve(m, request.build(m, card=CARD, torch=TORCH, base_image=base_image))
     ctx = render.render(m, stack, recipes.choose(stack), project_root=copy)
     assert ctx.tag == provision_image
     opts = build.BuildOptions(wheelhouse=wheelhouse, trusted_ca=trusted_ca_file(), network="host",
                               tags=("provision-test/rebuilt:latest",))
     import io
 
-    original = build.client().images.get(provision_image)
+    original = docker_client.images.get(provision_image)
     try:
         result = build.build(ctx, opts, out=io.StringIO(), live=False)
     finally:
@@ -217,7 +217,7 @@ def test_code_only_change_rebuilds_only_the_project_layer(base_image, wheelhouse
     assert venv_copy["cached"]
     assert result.seconds < 60, result.seconds
     assert result.image_id != original.id
-    build.client().images.remove("provision-test/rebuilt:latest")
+    docker_client.images.remove("provision-test/rebuilt:latest")
 
 
 def test_non_root_user_with_the_host_group(base_image, wheelhouse, provision_image, run_in_image, docker_client):

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from provisioner.devices import plan as devices
-from provisioner.matrix import loader as matrix
+from provisioner.host import fakehost
+from provisioner.matrix import loader
 from tests.helpers import hosts
 
 # torch_npu without CANN breaks `import torch` unless autoloading is off; the shared
@@ -29,17 +30,28 @@ def launch_image(provision_image):
 
 @pytest.fixture(scope="session")
 def shipped():
-    return matrix.load()
+    return loader.load()
 
 
 @pytest.fixture
 def sim_host(tmp_path):
-    """sim_host(name='plan-300ta2-4', sub='a') -> FakeHost whose nodes have /dev/null's numbers (openable)."""
-    if os.geteuid() != 0:
-        pytest.fail("simulated hosts need root to mknod device nodes")
+    """sim_host(name='plan-300ta2-4', sub='a') -> FakeHost with simulated device nodes (no root)."""
 
-    def make(name: str = "plan-300ta2-4", sub: str = "a") -> hosts.FakeHost:
+    def make(name: str = "plan-300ta2-4", sub: str = "a") -> fakehost.FakeHost:
         return hosts.materialize(name, tmp_path / sub, null_numbers=True)
+
+    return make
+
+
+@pytest.fixture
+def real_host(tmp_path):
+    """real_host(name='plan-300ta2-4', sub='a') -> FakeHost whose nodes are real (mknod, root) with /dev/null's
+    numbers, so a real container can open them."""
+    if os.geteuid() != 0:
+        pytest.fail("real device nodes need root (mknod)")
+
+    def make(name: str = "plan-300ta2-4", sub: str = "a") -> fakehost.FakeHost:
+        return hosts.materialize(name, tmp_path / sub, nodes="mknod", null_numbers=True)
 
     return make
 
@@ -58,7 +70,7 @@ def make_plan(shipped, sim_host):
     return make
 
 
-def host_args(h: hosts.FakeHost) -> list[str]:
+def host_args(h: fakehost.FakeHost) -> list[str]:
     return ["--root", str(h.root), "--dev-root", str(h.dev_root)]
 
 

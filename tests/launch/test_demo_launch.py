@@ -14,14 +14,14 @@ from provisioner.devices import plan as devices
 from tests.launch.conftest import launch_containers
 
 
+@pytest.mark.mknod
 def test_simulated_host_plans_like_a_real_one(tmp_path, shipped):
     if os.geteuid() != 0:
         pytest.fail("mknod needs root")
     from provisioner.devices import enginefacts
-    from provisioner.matrix import cache
-    from provisioner.resolve import request
+    from provisioner.resolve import cached, request
 
-    stack = cache.cached_resolve(shipped, request.build(shipped, card="300T-A2"))
+    stack = cached.cached_resolve(shipped, request.build(shipped, card="300T-A2"))
     paired = stack["driver"]["paired"][0]
     root, dev = demo.simulated_host(tmp_path, stack)
     nodes = sorted(os.listdir(dev))
@@ -39,6 +39,24 @@ def test_simulated_host_plans_like_a_real_one(tmp_path, shipped):
     # no stack label: an empty version.info, still a valid host
     root2, _ = demo.simulated_host(tmp_path / "b", None)
     assert (root2 / "usr/local/Ascend/driver/version.info").read_text() == ""
+
+
+def test_the_demo_host_without_root_plans_the_same(tmp_path, shipped):
+    """The same host with simulated nodes: hostfs reports them as the real ones are, and the plan is the same."""
+    from provisioner.devices import enginefacts
+    from provisioner.host import hostfs
+    from provisioner.resolve import cached, request
+
+    stack = cached.cached_resolve(shipped, request.build(shipped, card="300T-A2"))
+    root, dev = demo.simulated_host(tmp_path, stack, nodes="simulated")
+    for n in sorted(os.listdir(dev)):
+        st = hostfs.lstat(dev / n)
+        assert stat.S_ISCHR(st.st_mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) == (1, 3)
+        assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (1000, 1000, 0o660)
+    plan = devices.plan(shipped, devices.Options(card="300T-A2", devices="0-1", root=str(root), dev_root=str(dev),
+                                                 stack=stack, engine=enginefacts.EngineFacts(reachable=True)))
+    assert plan.chips == (0, 1) and plan.group_add == (1000,) and plan.stack["driver_fit"] == "ok" and not plan.notes
+    assert [n.name for n in plan.nodes] == ["davinci0", "davinci1", "davinci_manager", "devmm_svm", "hisi_hdc"]
 
 
 @pytest.mark.docker

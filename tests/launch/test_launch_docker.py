@@ -32,11 +32,12 @@ def image_driver(docker_client, launch_image) -> str:
 
 
 @pytest.fixture
-def sim_host(sim_host, image_driver):
-    """The shared sim_host, with driver/version.info naming the image stack's paired driver."""
+def sim_host(real_host, image_driver):
+    """The shared real_host (mknod nodes a container opens), with driver/version.info naming the image stack's
+    paired driver."""
 
     def make(name: str = "plan-300ta2-4", sub: str = "a"):
-        host = sim_host(name, sub)
+        host = real_host(name, sub)
         info = host.root / "usr/local/Ascend/driver/version.info"
         info.write_text(re.sub(r"(?m)^Version=.*$", f"Version={image_driver}", info.read_text()))
         return host
@@ -47,7 +48,7 @@ def sim_host(sim_host, image_driver):
 def test_a_host_driver_older_than_the_image_needs_is_refused(launch_image, tmp_path):
     from tests.helpers import hosts
 
-    host = hosts.materialize("plan-300ta2-4", tmp_path, null_numbers=True)  # its driver: 24.1.0
+    host = hosts.materialize("plan-300ta2-4", tmp_path, nodes="mknod", null_numbers=True)  # its driver: 24.1.0
     proc = subprocess.run(launch_argv(host, launch_image, "0-1", "--check-only"), capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "needs HDK driver" in proc.stderr and "this host has 24.1.0" in proc.stderr

@@ -10,10 +10,11 @@ import sys
 import pytest
 
 from provisioner.cli import main
+from provisioner.engine.types import ImageInfo
 from provisioner.launch import run as launch
 from provisioner.launch import torchrun
 
-IMAGE = launch.ImageInfo("img:tag", "sha256:abc", {}, {})
+IMAGE = ImageInfo("img:tag", "sha256:abc", {}, {})
 
 
 def job(plan, **kw) -> launch.Job:

@@ -75,12 +75,11 @@ def test_unknown_recipe_before_any_build():
 
 
 def _ctx(**kw):
-    from provisioner.matrix import cache
-    from provisioner.matrix import loader as matrix
-    from provisioner.resolve import request
+    from provisioner.matrix import loader
+    from provisioner.resolve import cached, request
 
-    m = matrix.load()
-    stack = cache.cached_resolve(m, request.build(m, card="300T-A2", arch="x86_64"))
+    m = loader.load()
+    stack = cached.cached_resolve(m, request.build(m, card="300T-A2", arch="x86_64"))
     return render.render(m, stack, recipes.choose(stack), **kw)
 
 

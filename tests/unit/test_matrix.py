@@ -6,12 +6,12 @@ import textwrap
 import pytest
 
 from provisioner.errors import MatrixError
-from provisioner.matrix import loader as matrix
+from provisioner.matrix import loader
 
 
 @pytest.fixture(scope="module")
 def shipped():
-    return matrix.load(use_cache=False)
+    return loader.load(use_cache=False)
 
 
 def overlay(tmp_path, text, name="overlay.yaml"):
@@ -73,7 +73,7 @@ def test_overlay_adds_and_overrides_rows(tmp_path):
             chips_per_server: 4
             source: our lab inventory
     """)
-    m = matrix.load([path], use_cache=False)
+    m = loader.load([path], use_cache=False)
     row = m.torch_npu("2.13.0")
     assert row["cann"] == "9.1.0" and row["on_pypi"] is True  # untouched fields survive
     assert row["_at"].endswith("overlay.yaml:3")
@@ -88,20 +88,20 @@ def test_overlay_from_environment_and_remove(tmp_path, monkeypatch):
     """)
     monkeypatch.setenv("PROVISION_MATRIX", str(path))
     with pytest.raises(MatrixError, match="unknown card"):
-        matrix.load(use_cache=False).lookup_card("900-9000")
+        loader.load(use_cache=False).lookup_card("900-9000")
 
 
 def test_removing_a_referenced_row_is_caught(tmp_path):
     path = overlay(tmp_path, "cards:\n  - id: \"350\"\n    remove: true\n")
     with pytest.raises(MatrixError, match="unknown reference card '350'"):
-        matrix.load([path], use_cache=False)
+        loader.load([path], use_cache=False)
 
 
 def test_overlay_directory(tmp_path):
     d = tmp_path / "more"
     d.mkdir()
     overlay(d, "extras:\n  - name: flash\n    requirement: flash-thing==1.0\n    source: example\n", "a.yaml")
-    m = matrix.load([d], use_cache=False)
+    m = loader.load([d], use_cache=False)
     assert any(r["name"] == "flash" for r in m.rows("extras"))
 
 
@@ -124,7 +124,7 @@ def test_bad_overlays_name_file_and_line(tmp_path, text, line, message):
     path = tmp_path / "bad.yaml"
     path.write_text(text)
     with pytest.raises(MatrixError) as err:
-        matrix.load([path], use_cache=False)
+        loader.load([path], use_cache=False)
     text = str(err.value)
     assert text.startswith(f"{path}:{line}:") or text.startswith(f"bad.yaml:{line}:"), text
     assert message in text
@@ -132,7 +132,7 @@ def test_bad_overlays_name_file_and_line(tmp_path, text, line, message):
 
 def test_missing_overlay_is_one_line_error(tmp_path):
     with pytest.raises(MatrixError, match="not found"):
-        matrix.load([tmp_path / "nope.yaml"])
+        loader.load([tmp_path / "nope.yaml"])
 
 
 def test_cli_reports_matrix_error_with_exit_2(tmp_path):
@@ -145,7 +145,7 @@ def test_cli_reports_matrix_error_with_exit_2(tmp_path):
 
 def test_warm_cache_skips_yaml(tmp_path):
     env = {"PROVISION_CACHE": str(tmp_path / "c"), "PATH": "/usr/bin:/bin"}
-    code = "import sys; from provisioner.matrix import loader as matrix; matrix.load(); print(json.dumps('yaml' in sys.modules))"
+    code = "import sys; from provisioner.matrix import loader; loader.load(); print(json.dumps('yaml' in sys.modules))"
     code = "import json; " + code
     first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     second = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)

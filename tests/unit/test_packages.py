@@ -7,13 +7,13 @@ from packaging.requirements import Requirement
 
 from provisioner.errors import ProvisionError
 from provisioner.image import packages, project
-from provisioner.matrix import loader as matrix
+from provisioner.matrix import loader
 from provisioner.matrix.versions import PyRange
 
 
 @pytest.fixture(scope="module")
 def m():
-    return matrix.load()
+    return loader.load()
 
 
 def _pythons(row) -> list[str]:
@@ -86,13 +86,13 @@ def test_select_by_torch_line_and_python(m):
 
 def test_an_overlay_set_wins(tmp_path):
     overlay = tmp_path / "mine.yaml"
-    base = matrix.load()
+    base = loader.load()
     row = next(r for r in base.rows("packages") if r["id"] == "torch2.13")
     lines = "\n".join(f'      - "{line}"' for line in row["lock"])
     overlay.write_text(
         "packages:\n  - id: my-torch2.13\n    torch: [\"2.13.*\"]\n    python: \"3.11-3.11\"\n"
         "    resolved_with: [torch==2.13.0]\n    pins: {}\n    lock:\n" + lines + "\n    source: our own tests\n")
-    m2 = matrix.load([str(overlay)])
+    m2 = loader.load([str(overlay)])
     got = packages.select(m2, {"framework": "pytorch", "torch": {"version": "2.13.0"}, "python": "3.11"})
     assert got["id"] == "my-torch2.13"
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from provisioner.engine.types import BuildEvent
 from provisioner.errors import ProvisionError
 from provisioner.image import project, recipes
 from provisioner.image.progress import Progress
@@ -33,7 +34,7 @@ def test_progress_steps_cache_and_failure_tail():
     out = io.StringIO()
     with Progress(out, live=False) as progress:
         for message in STREAM:
-            progress.feed(message)
+            progress.feed(BuildEvent.from_message(message))
     steps = progress.summary()
     assert [(s["step"], s["stage"], s["cached"]) for s in steps] == [(1, "deps", False), (2, "deps", True),
                                                                        (3, "image", False), (4, "image", False)]
@@ -48,7 +49,7 @@ def test_progress_live_redraws_one_line():
     out = io.StringIO()
     with Progress(out, live=True) as progress:
         for message in STREAM[:5]:
-            progress.feed(message)
+            progress.feed(BuildEvent.from_message(message))
     text = out.getvalue()
     assert "\r" in text and text.count("\n") == 2
 

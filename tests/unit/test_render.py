@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 
 from provisioner.cli import main as cli
+from tests.helpers import golden as goldens
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden" / "images"
 OVERLAY = ROOT / "examples" / "overlays" / "torch-2.13.yaml"  # the overlay `make demo` uses
-REGEN = bool(os.environ.get("PROVISION_REGEN"))
 
 # name -> `provision render` arguments. The architecture is always given: the default is this machine's.
 CASES = {
@@ -64,12 +64,7 @@ def rendered(tmp_path_factory) -> dict[str, Path]:
 def test_golden(rendered, name):
     for filename in GOLDEN_FILES:
         got = (rendered[name] / filename).read_text(encoding="utf-8")
-        golden = GOLDEN / name / filename
-        if REGEN:
-            golden.parent.mkdir(parents=True, exist_ok=True)
-            golden.write_text(got, encoding="utf-8")
-        assert golden.is_file(), f"missing golden file {golden}; run with PROVISION_REGEN=1"
-        assert got == golden.read_text(encoding="utf-8"), f"{name}/{filename} differs from its golden file"
+        goldens.check(GOLDEN / name / filename, got, f"{name}/{filename}")
 
 
 def _hadolint() -> str:
@@ -274,10 +269,10 @@ def test_refused_stack_is_one_line(tmp_path):
 def test_strict_undefined_fails_the_render():
     import jinja2
 
-    from provisioner.image import render
+    from provisioner.image import templates
 
     with pytest.raises(jinja2.UndefinedError):
-        render.template_env().from_string("FROM {{ stack.base_imag }}").render(stack={"base_image": {}})
+        templates.template_env().from_string("FROM {{ stack.base_imag }}").render(stack={"base_image": {}})
 
 
 def test_golden_directory_has_only_known_cases():

@@ -1,14 +1,14 @@
 import pytest
 
 from provisioner.errors import ProvisionError, ResolveError
-from provisioner.matrix import loader as matrix
+from provisioner.matrix import loader
 from provisioner.resolve import request
 from provisioner.resolve import solve as resolve
 
 
 @pytest.fixture(scope="module")
 def m():
-    return matrix.load(use_cache=False)
+    return loader.load(use_cache=False)
 
 
 def stack(m, **kw):
@@ -210,7 +210,7 @@ def test_overlay_makes_the_0day_torch_resolvable(m, tmp_path):
         stack(m, card="300T-A2", torch="2.13.0")
     path = tmp_path / "o.yaml"
     path.write_text('torch_npu:\n  - wheel: "2.13.0"\n    cann: 9.1.0\n    source: local test\n')
-    m2 = matrix.load([path], use_cache=False)
+    m2 = loader.load([path], use_cache=False)
     s = stack(m2, card="300T-A2", torch="2.13.0", base_image="local/debian:bookworm")
     assert s["torch_npu"]["version"] == "2.13.0" and s["python"] == "3.11"
     assert s["base_image"] == {"ref": "local/debian:bookworm", "tag": None, "official": False, "mirrors": []}

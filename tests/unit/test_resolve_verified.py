@@ -6,14 +6,14 @@ changed (recorded in the row's notes with its evidence)."""
 import pytest
 
 from provisioner.errors import ResolveError
-from provisioner.matrix import loader as matrix
+from provisioner.matrix import loader
 from provisioner.resolve import request
 from provisioner.resolve import solve as resolve
 
 
 @pytest.fixture(scope="module")
 def m():
-    return matrix.load(use_cache=False)
+    return loader.load(use_cache=False)
 
 
 def stack(m, **kw):

@@ -1,0 +1,165 @@
+"""Why no stack fits: each constraint that cannot be met alone, each pair that cannot go together,
+in the matrix's own words (the reasons of a ResolveError).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from provisioner.matrix.versions import parse, sort_versions, span
+from provisioner.resolve.candidates import Constraint, Context, apex_row, bundles_for, same, same_torch
+from provisioner.resolve.driverfit import driver_fit, hdk_row, hdk_summary
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from provisioner.shapes import Candidate
+
+_DIM_LABEL = {"cann": "CANN", "torch": "torch", "torch_npu": "torch_npu", "python": "Python", "os": "OS",
+              "mindspore": "MindSpore", "dtype": "dtype"}
+
+
+def _values(cands: list[Candidate], dim: str) -> list[str]:
+    vals = {str(v) for c in cands if (v := c.get(dim))}
+    if dim in ("os",):
+        return sorted(vals)
+    return sort_versions(vals)
+
+
+def _alone_reason(ctx: Context, con: Constraint) -> str:
+    """Why a single constraint cannot be met on this card, in the matrix's words."""
+    m, req, fam = ctx.m, ctx.req, ctx.family
+    base = ctx.base()
+    chip = ctx.chip or fam["id"]
+    if con.name == "dtype":
+        return (f"{fam['name']} has no bf16 ({fam.get('bf16_note') or 'not supported'});"
+                " use --dtype fp16 (with dynamic loss scaling) or an A2/A3 card")
+    if con.name == "torch_npu" and (want := req.torch_npu):
+        row = m.torch_npu(want)
+        prefix = ".".join(str(x) for x in parse(want).release[:3])
+        same_line = [r for r in m.rows("torch_npu") if r.get("cann") and r["torch"] == prefix]
+        pypi = [r["wheel"] for r in same_line if r["on_pypi"]]
+        hint = f"; torch {prefix} builds on PyPI: {', '.join(sort_versions(pypi))}" if pypi else ""
+        if row is None:
+            return f"torch_npu {req.torch_npu} is neither on PyPI nor in the official compatibility table{hint}"
+        if not row.get("cann"):
+            why = f" ({row['notes']})" if row.get("notes") else ""
+            return f"torch_npu {req.torch_npu} is on PyPI but has no published CANN pairing{why}{hint}"
+        if not row["on_pypi"]:
+            return (f"torch_npu {req.torch_npu} (released with CANN {row['cann']}) is not on PyPI: it exists only as a"
+                    f" release asset of Ascend/pytorch on gitee/gitcode, so pip cannot install it{hint or '; no build of torch ' + prefix + ' is on PyPI'}"
+                    " (if you mirror it into your own index, an overlay row with on_pypi: true makes it usable)")
+        return (f"torch_npu {req.torch_npu} (released with CANN {row['cann']}) has no listed base image for chip {chip}"
+                " with a Python it supports (pass --base-image to use an image you know)")
+    if con.name == "cann":
+        row = m.cann(req.cann)
+        if row is None:
+            known = [r["version"] for r in m.rows("cann") if r["status"] == "release"]
+            return f"CANN {req.cann} is not in the matrix (releases: {span(known)})"
+        imgs = [i for i in m.images(row["version"], ctx.chip) if not i["devel"]] if ctx.chip else []
+        if not req.base_image and not imgs:
+            chips = sorted({c for i in m.images(row["version"]) if (c := i["chip"])})
+            return (f"no CANN {row['version']} base image for chip {chip} is listed"
+                    f" (listed CANN {row['version']} images: {', '.join(chips) or 'none'}); the list holds today's"
+                    " official tags and earlier ones seen published, so one may still exist:"
+                    " pass --base-image to use an image you know")
+        return f"no torch_npu/MindSpore build in the matrix works with CANN {row['version']} on chip {chip}"
+    if con.name == "torch" and (want := req.torch):
+        wheels = [r for r in m.rows("torch_npu") if r.get("cann") and same_torch(want, r["torch"])]
+        if not wheels:
+            lines = sort_versions({r["torch"] for r in m.rows("torch_npu") if r.get("cann")})
+            return f"torch {req.torch} has no torch_npu build with a published CANN pairing (torch lines: {', '.join(lines)})"
+        pypi = [r for r in wheels if r["on_pypi"]]
+        if not pypi:
+            return (f"no torch_npu build for torch {req.torch} is on PyPI ({span(r['wheel'] for r in wheels)} exist only"
+                    " as release assets of Ascend/pytorch on gitee/gitcode)")
+        return (f"torch {req.torch}'s torch_npu builds on PyPI ({span(r['wheel'] for r in pypi)}) need CANN"
+                f" {span(r['cann'] for r in pypi)}, none of which has an official image for chip {chip}")
+    if con.name == "mindspore":
+        known = [r["version"] for r in m.rows("mindspore")]
+        if not any(same(k, req.mindspore) for k in known):
+            return f"MindSpore {req.mindspore} is not in the matrix (known: {', '.join(known)})"
+        row = next(r for r in m.rows("mindspore") if same(r["version"], req.mindspore))
+        msg = f"MindSpore {req.mindspore} pairs with CANN {row['cann']}"
+        if row.get("hdk"):
+            msg += f" (HDK {', '.join(row['hdk'])})"
+        if req.cann and not same(req.cann, row["cann"]):
+            fits = [r["version"] for r in m.rows("mindspore") if same(r["cann"], req.cann)]
+            msg += f", not with the requested CANN {req.cann}"
+            if fits:
+                msg += f" (which pairs with MindSpore {', '.join(fits)})"
+        return msg + (f"; no CANN {row['cann']} base image for chip {chip} is listed"
+                      " (one may still exist: pass --base-image to use an image you know)")
+    if con.name == "python":
+        return f"no stack for chip {chip} offers Python {req.python} (available: {', '.join(_values(base, 'python'))})"
+    if con.name == "os":
+        return f"no listed image for chip {chip} runs {req.os} (available: {', '.join(_values(base, 'os'))})"
+    if con.name == "driver" and (driver := req.driver):
+        fits = [r["version"] for r in ctx.cann_rows() if driver_fit(driver, r, m) == "ok"]
+        where = f"it is paired with or listed for CANN {', '.join(fits)}" if fits else "no CANN release lists it"
+        return f"driver {req.driver} is too old for every CANN with an official image for chip {chip}; {where}"
+    if con.name == "apex":
+        apex = apex_row(ctx)
+        return f"Ascend Apex needs Python {apex['python']} ({apex.get('python_note', '')}), and no stack for chip {chip} offers it"
+    if con.name == "mindspeed-llm":
+        fams = sorted({f for b in m.rows("llm_bundles") for f in b.get("families", [])})
+        if fams and fam["id"] not in fams:
+            return f"MindSpeed-LLM does not support {fam['name']} (supported families: {', '.join(fams)})"
+        if req.pins:
+            return f"no MindSpeed-LLM/RL release set in the matrix uses the pinned refs {dict(req.pins)}"
+        return f"no MindSpeed-LLM release set fits any stack for chip {chip}"
+    return f"{con.flag} cannot be met on {ctx.card['id']}"
+
+
+def _describe(ctx: Context, con: Constraint, cands: list[Candidate], dim: str) -> str | None:
+    vals = _values(cands, dim)
+    label = _DIM_LABEL.get(dim, dim)
+    cann_row = ctx.m.cann(ctx.req.cann)
+    if con.name == dim:
+        if con.name == "cann" and cann_row:
+            return f"CANN {cann_row['version']} needs HDK {hdk_summary(hdk_row(ctx.m, cann_row)[0])}"
+        return None  # "--python 3.11 works with Python 3.11" says nothing
+    if con.name == "apex":
+        apex = apex_row(ctx)
+        return f"Ascend Apex builds only for Python {apex['python']} ({apex.get('python_note', '')})"
+    if con.name == "driver" and dim == "cann" and (driver := ctx.req.driver):
+        fits = [v for v in vals if (row := ctx.m.cann(v)) and driver_fit(driver, row, ctx.m) == "ok"]
+        return f"driver {ctx.req.driver} fits CANN {span(fits or vals)}"
+    if con.name == "cann" and dim != "cann" and cann_row:
+        if dim in ("torch", "torch_npu", "mindspore", "python", "os"):
+            return f"CANN {cann_row['version']} works with {label} {span(vals)}"
+    if con.name == "torch" and dim == "cann":
+        wheels = {c["torch_npu"]: c["wheel"]["cann"] for c in cands
+                  if c["wheel"].get("in_table", True) and c["wheel"]["on_pypi"]}
+        released = ", ".join(f"{w} with {c}" for w, c in sorted(wheels.items(), key=lambda i: parse(i[0]).key))
+        return f"torch {ctx.req.torch} works with CANN {span(vals)} (torch_npu released: {released})"
+    if con.name == "mindspeed-llm":
+        bundles = sorted({b["id"] for c in cands for b in bundles_for(ctx, c)})
+        return f"{con.flag} ({', '.join(bundles)}) works with {label} {span(vals)}"
+    return f"{con.flag} works with {label} {span(vals)}"
+
+
+def explain_failure(ctx: Context, cons: list[Constraint], masks: dict[str, list[bool]]) -> list[str]:
+    """The reasons no candidate survives `cons` (masks: constraint name -> which candidates pass it)."""
+    base = ctx.base()
+    reasons: list[str] = []
+    if not base:
+        if not ctx.chip and not ctx.req.base_image:
+            return [f"no official CANN base image is built for {ctx.family['name']} (chip tags: 910b, a3, 910, 310p, 950);"
+                    " pass --base-image to use your own"]
+        return [f"the matrix has no complete stack for {ctx.family['name']}"]
+    alone_bad = {c.name for c in cons if not any(masks[c.name])}
+    for c in cons:
+        if c.name in alone_bad:
+            reasons.append(_alone_reason(ctx, c))
+    good = [c for c in cons if c.name not in alone_bad]
+    for a, b in itertools.combinations(good, 2):
+        both = [x and y for x, y in zip(masks[a.name], masks[b.name], strict=True)]
+        if any(both):
+            continue
+        only_a = [c for c, ok in zip(base, masks[a.name], strict=True) if ok]
+        only_b = [c for c, ok in zip(base, masks[b.name], strict=True) if ok]
+        parts = [p for p in (_describe(ctx, a, only_a, b.dim), _describe(ctx, b, only_b, a.dim)) if p]
+        reasons.append(f"{a.flag} conflicts with {b.flag}: {'; '.join(parts)}")
+    if not reasons and good:
+        reasons.append("no stack satisfies " + ", ".join(c.flag for c in good) + " together")
+    return reasons

@@ -1,0 +1,34 @@
+"""The human report of a Stack (what `provision resolve` prints): every choice with its reason, the install
+lines, the warnings. Plain text, no imports: the fast path of `provision resolve` prints it."""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
+_ORDER = ["card", "task", "arch", "base_image", "cann", "driver", "os", "python", "torch", "torch_requirement",
+          "torch_npu", "mindspore", "apex", "deepspeed", "mindspeed_llm", "dtype", "host_os"]
+
+
+def format_stack(stack: Mapping[str, Any]) -> str:
+    """The human report of `provision resolve`: every choice with its reason, the install lines, warnings."""
+    head = f"stack {stack['id']}" + (f" (profile {stack['profile']})" if stack.get("profile") else "")
+    lines = [head]
+    explain = stack["explain"]
+    for key in _ORDER + [k for k in explain if k not in _ORDER]:
+        if key in explain:
+            lines.append(f"  {key.replace('_', ' '):<18} {explain[key]}")
+    installs = []
+    if stack.get("torch"):
+        t = stack["torch"]
+        installs.append(f"pip install {t['requirement']}" + (f" --index-url {t['index_url']}" if t["index_url"] else ""))
+        installs.append(f"pip install {stack['torch_npu']['requirement']}")
+    if stack.get("mindspore"):
+        installs.append(f"pip install {stack['mindspore']['requirement']}")
+    if installs:
+        lines.append("  install            " + "; ".join(installs))
+    for warning in stack.get("warnings", []):
+        lines.append(f"  ! {warning}")
+    return "\n".join(lines)
