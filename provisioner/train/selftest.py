@@ -421,7 +421,18 @@ def document(per_rank: list[list[Result]], world_size: int) -> dict:
                        "fix": first.fix, "seconds": max(r.seconds for r in rows),
                        "ranks_failed": sorted(r.rank for r in failed)})
     status = "failed" if any(c["status"] == "fail" for c in checks) else "ok"
-    return {"schema": SCHEMA, "status": status, "world_size": world_size, "checks": checks}
+    return {"schema": SCHEMA, "status": status, "world_size": world_size, "checks": checks, "versions": versions()}
+
+
+# What a report from a real host needs beside the errors: the libraries that decided the checks.
+REPORTED = ("torch", "torch_npu", "transformers", "peft", "deepspeed", "numpy")
+
+
+def versions() -> dict[str, str | None]:
+    """The installed version of each library in REPORTED (None: not installed)."""
+    from provisioner.train.ascend import installed_version
+
+    return {dist: installed_version(dist) for dist in REPORTED}
 
 
 def lines(doc: dict) -> list[str]:

@@ -1,5 +1,6 @@
 """The self-test in the built test image on a simulated host: `provision selftest` alone, and
-`provision launch --selftest` before a job (the job starts only when it passes). CPU, gloo."""
+`provision launch --selftest` before a job (the job starts only when it passes). CPU, gloo; the host's
+device nodes are real (mknod), like the other launch tests on the engine."""
 
 from __future__ import annotations
 
@@ -22,12 +23,13 @@ def launch_image(session_image):
 
 
 @pytest.fixture
-def host(sim_host, docker_client, launch_image):
-    """A simulated 300T-A2 host whose driver is the one the image's stack pairs with."""
+def host(real_host, docker_client, launch_image):
+    """A simulated 300T-A2 host (mknod nodes with /dev/null's numbers, which a container opens) whose driver is
+    the one the image's stack pairs with."""
     import re
 
     stack = json.loads(docker_client.images.get(launch_image).labels["org.provision.stack"])
-    h = sim_host()
+    h = real_host()
     info = h.root / "usr/local/Ascend/driver/version.info"
     info.write_text(re.sub(r"(?m)^Version=.*$", f"Version={stack['driver']['paired'][0]}", info.read_text()))
     return h

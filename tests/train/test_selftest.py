@@ -3,6 +3,7 @@ double, with the fix named for each failing check."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 
 import pytest
@@ -111,6 +112,9 @@ def test_fixes_and_report_lines():
     bad[4] = selftest.Result("all-reduce", "fail", error="boom", fix="do this", rank=1)
     doc = selftest.document([ok, bad], 2)
     assert doc["status"] == "failed" and checks(doc)["all-reduce"]["ranks_failed"] == [1]
+    # A report from a real host carries the libraries that decided the checks (here: no torch_npu).
+    assert list(doc["versions"]) == list(selftest.REPORTED)
+    assert doc["versions"]["torch"] == importlib.metadata.version("torch") and doc["versions"]["torch_npu"] is None
     text = selftest.lines(doc)
     assert "FAIL  all-reduce       boom (ranks 1)" in text and any(line.endswith("fix: do this") for line in text)
     assert text[-1] == "self-test FAILED (1 of 6 checks) on 2 workers"
