@@ -15,9 +15,11 @@ class MatrixError(ProvisionError):
 
 
 class ResolveError(ProvisionError):
-    """No stack satisfies the request. Carries the reasons and the nearest valid stacks."""
+    """No stack satisfies the request. Carries the reasons, the nearest valid stacks and, for a request resolved
+    for a host (resolve/hostfit.py), that host's record."""
 
     def __init__(self, message: str, reasons: list[str] | None = None, alternatives: list | None = None):
         super().__init__(message)
         self.reasons = reasons or [message]
         self.alternatives = alternatives or []
+        self.host: dict | None = None

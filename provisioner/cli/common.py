@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import click
 
-from provisioner.cli.options import JSON, MATRIX, RESOLVE, RESOLVE_KEYS, Opt, pop_resolve  # noqa: F401 (re-exported)
+from provisioner.cli.options import (  # noqa: F401 (re-exported)
+    HOST,
+    JSON,
+    MATRIX,
+    RESOLVE,
+    RESOLVE_KEYS,
+    Opt,
+    pop_host,
+    pop_resolve,
+)
 from provisioner.cli.text import emit_json, refused_doc
 
 
@@ -24,7 +33,9 @@ def matrix_option(f):
 
 
 def resolve_options(f):
-    """All `provision resolve` options, for every command that builds on a Stack."""
+    """All `provision resolve` options, for every command that builds on a Stack (the host options last)."""
+    for opt in reversed(HOST):
+        f = _click_option(opt, type=click.Path())(f) if opt.dest != "for_host" else _click_option(opt)(f)
     for opt in reversed(RESOLVE):
         f = _click_option(opt)(f)
     return matrix_option(f)

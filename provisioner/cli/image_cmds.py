@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from provisioner.cli.common import emit_json, json_option, pop_resolve, resolve_options
+from provisioner.cli.common import emit_json, json_option, pop_host, pop_resolve, resolve_options
 
 RENDER_SCHEMA = "provision.render/1"
 BUILD_SCHEMA = "provision.build/1"
@@ -30,9 +30,9 @@ def _image_options(f):
 
 def _prepare(overlays, kwargs: dict):
     """Resolve the stack for the recipe and render the context (in memory)."""
+    from provisioner.cli import hoststack
     from provisioner.errors import ProvisionError, ResolveError
     from provisioner.image import recipes, render
-    from provisioner.resolve.cached import stack_for
 
     recipe_name = kwargs.pop("recipe")
     gid, uid = kwargs.pop("user_gid"), kwargs.pop("user_uid")
@@ -40,10 +40,12 @@ def _prepare(overlays, kwargs: dict):
         raise ProvisionError("--user-uid needs --user-gid (the group that opens the NPU device nodes)")
     options = recipes.request_options(recipe_name, pop_resolve(kwargs))
     try:
-        matrix, stack = stack_for(overlays, options)
+        matrix, stack, record = hoststack.stack_for(overlays, options, pop_host(kwargs))
     except ResolveError as exc:
+        hoststack.print_notes(getattr(exc, "host", None))
         raise ProvisionError(f"no stack: {exc} (`provision resolve` with the same options shows why and the"
                              " nearest valid stacks)") from None
+    hoststack.print_notes(record)
     recipe = recipes.choose(stack, recipe_name)
     user = render.User(uid=uid or 1000, gid=gid) if gid is not None else None
     return render.render(matrix, stack, recipe, user=user)
@@ -73,6 +75,8 @@ def render_cmd(overlays, output, as_json, **kwargs):
         click.echo(f"{path}: build context for {ctx.tag}")
         click.echo(f"  recipe {ctx.manifest['recipe']['name']}, stack {ctx.manifest['stack_id']},"
                    f" package set {ctx.manifest['package_set']['id']}, base {ctx.manifest['base_image']}")
+        if (ctx.manifest.get("stack") or {}).get("host"):
+            click.echo(f"  host {ctx.manifest['stack']['explain']['host']}")
     return 0
 
 

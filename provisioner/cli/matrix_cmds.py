@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import click
 
-from provisioner.cli.common import emit_json, json_option, matrix_option, pop_resolve, resolve_options
+from provisioner.cli.common import (
+    emit_json,
+    json_option,
+    matrix_option,
+    pop_host,
+    pop_resolve,
+    resolve_options,
+)
 from provisioner.cli.text import RESOLVE_SCHEMA, refused_doc
 from provisioner.errors import ResolveError
 from provisioner.resolve.report import format_stack
@@ -33,16 +40,24 @@ def register(group: click.Group) -> None:
 def resolve_cmd(overlays, as_json, **kwargs):
     """Resolve a card and constraints into one consistent stack, explaining every choice.
 
+    On a host with an Ascend driver (this machine, or the host tree at --root)
+    the stack is limited to what that host runs: its driver, its chips (so
+    --card may be left out), its architecture, and its OS family as a
+    preference. --for-host none resolves for another machine.
+
     Impossible requests are refused (exit code 2) with the reasons and the
     nearest valid stacks.
     """
-    from provisioner.resolve.cached import stack_for
+    from provisioner.cli import hoststack
 
     options = pop_resolve(kwargs)
+    host = pop_host(kwargs)
     try:
-        m, stack = stack_for(overlays, options)
+        m, stack, record = hoststack.stack_for(overlays, options, host)
     except ResolveError as exc:
+        hoststack.print_notes(getattr(exc, "host", None))
         return _refused(exc, options, as_json)
+    hoststack.print_notes(record)
     if as_json:
         emit_json({"schema": RESOLVE_SCHEMA, "status": "ok", "stack": stack})
     else:
@@ -55,7 +70,8 @@ def _refused(exc: ResolveError, options: dict, as_json: bool) -> int:
     if options.get("profile"):
         known_good = _fixed_by(options)
     if as_json:
-        emit_json(refused_doc(RESOLVE_SCHEMA, exc.reasons, alternatives=exc.alternatives, known_good=known_good))
+        emit_json(refused_doc(RESOLVE_SCHEMA, exc.reasons, alternatives=exc.alternatives, known_good=known_good,
+                              host=_public(getattr(exc, "host", None))))
         return 2
     click.echo(f"provision: refused: {exc.reasons[0]}", err=True)
     for reason in exc.reasons[1:]:
@@ -68,6 +84,12 @@ def _refused(exc: ResolveError, options: dict, as_json: bool) -> int:
         for n, alt in enumerate(exc.alternatives, 1):
             click.echo(f"  {n}. {relaxed_label(alt)}: {summary(alt)}", err=True)
     return 2
+
+
+def _public(record: dict | None) -> dict | None:
+    from provisioner.resolve.hostfit import public
+
+    return public(record)
 
 
 def relaxed_label(alt: dict) -> str:

@@ -38,9 +38,20 @@ RESOLVE = (
 MATRIX = Opt("--matrix", "overlays",
              "Overlay YAML file or directory that adds or overrides matrix rows (repeatable; also PROVISION_MATRIX).",
              multiple=True)
+# Which host the stack must run on (provisioner/resolve/hostfit.py); not part of the request itself.
+HOST = (
+    Opt("--for-host", "for_host", "The host the image must run on: this (default) reads the host at --root, whose"
+        " driver, chips, architecture and OS family constrain the stack; none builds for another machine (also"
+        " PROVISION_FOR_HOST=none).", ("this", "none")),
+    Opt("--root", "root", "Root of the host to build for (default /): another host's files, as `provision audit"
+        " --root` reads them."),
+    Opt("--npu-smi-output", "npu_smi_outputs", "Saved `npu-smi info` output of that host, read instead of running"
+        " npu-smi (repeatable).", multiple=True),
+)
 JSON = Opt("--json", "as_json", "Print machine-readable JSON (see docs/json.md).")
 
 RESOLVE_KEYS = tuple(o.dest for o in RESOLVE)
+HOST_KEYS = tuple(o.dest for o in HOST)
 
 
 def pop_resolve(kwargs: dict) -> dict:
@@ -48,3 +59,8 @@ def pop_resolve(kwargs: dict) -> dict:
     out = {k: kwargs.pop(k, None) for k in RESOLVE_KEYS}
     out["os"] = out.pop("os_")
     return out
+
+
+def pop_host(kwargs: dict) -> dict:
+    """Take the host options (--for-host, --root, --npu-smi-output) out of a command's kwargs."""
+    return {k: kwargs.pop(k, None) for k in HOST_KEYS}

@@ -65,13 +65,16 @@ class Engine(ABC):
         """The local image `ref`; ImageNotFound when the engine does not have it."""
 
     @abstractmethod
-    def pull(self, ref: str) -> None:
-        """Pull `ref`; ImageNotFound when no registry reachable from the engine has it."""
+    def pull(self, ref: str, *, platform: str | None = None) -> None:
+        """Pull `ref` (for `platform`, e.g. linux/arm64, where given); ImageNotFound when no registry reachable
+        from the engine has it."""
 
     @abstractmethod
     def build(self, context: IO[bytes], tag: str, *, nocache: bool = False,
-              network: str | None = None) -> Iterator[BuildEvent]:
+              network: str | None = None, platform: str | None = None) -> Iterator[BuildEvent]:
         """Build the tar `context` (Dockerfile at its top) as `tag` with the classic builder: its log stream.
+        `platform` (linux/amd64, linux/arm64) is passed to the engine where given; the classic builder still
+        builds on a local base image of another architecture, so callers check the base's first.
 
         The stream ends with an "aux" event naming the image, or an "error" event; a connection lost
         mid-build raises EngineError.

@@ -126,13 +126,15 @@ class DockerEngine(Engine):
     def image(self, ref: str) -> ImageInfo:
         return ImageInfo.from_inspect(ref, self._call(f"image {ref}", self.api.inspect_image, ref))
 
-    def pull(self, ref: str) -> None:
-        self._call(f"pull {ref}", self._client.images.pull, ref)
+    def pull(self, ref: str, *, platform: str | None = None) -> None:
+        extra = {"platform": platform} if platform else {}
+        self._call(f"pull {ref}", self._client.images.pull, ref, **extra)
 
     def build(self, context: IO[bytes], tag: str, *, nocache: bool = False,
-              network: str | None = None) -> Iterator[BuildEvent]:
+              network: str | None = None, platform: str | None = None) -> Iterator[BuildEvent]:
+        extra = {"platform": platform} if platform else {}
         stream = self._call("build", self.api.build, fileobj=context, custom_context=True, tag=tag, rm=True,
-                            forcerm=True, pull=False, nocache=nocache, network_mode=network, decode=True)
+                            forcerm=True, pull=False, nocache=nocache, network_mode=network, decode=True, **extra)
         try:
             for message in stream:
                 yield BuildEvent.from_message(message)

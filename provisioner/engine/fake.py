@@ -188,6 +188,7 @@ class FakeEngine(Engine):
         self.programs: dict[str, Program] = {}  # image reference -> what its containers run
         self.pullable: dict[str, dict] = {}  # reference -> labels a pull would bring
         self.build_failures: dict[str, list[str]] = {}  # instruction substring -> its log before failing
+        self.builds: list[dict] = []  # each build's tag and options (nocache, network, platform)
         self.unavailable: str | None = None  # set: every call raises EngineUnavailable with this reason
         self.closed = False
         self.calls: list[str] = []
@@ -198,11 +199,14 @@ class FakeEngine(Engine):
 
     # -- images
     def add_image(self, ref: str, labels: dict[str, str] | None = None, env: dict[str, str] | None = None,
-                  program: Program | None = None) -> ImageInfo:
-        """An image as `docker image inspect` shows it (and what its containers run)."""
+                  program: Program | None = None, arch: str | None = None) -> ImageInfo:
+        """An image as `docker image inspect` shows it (and what its containers run); `arch` is the engine's
+        name for its architecture (amd64, arm64), recorded where given."""
         image_id = f"sha256:{_digest(ref)}"
         payload = {"Id": image_id, "RepoTags": [ref],
                    "Config": {"Labels": dict(labels or {}), "Env": [f"{k}={v}" for k, v in (env or {}).items()]}}
+        if arch:
+            payload["Architecture"] = arch
         self._images[ref] = self._images[image_id] = payload
         if program is not None:
             self.programs[ref] = program
@@ -221,13 +225,13 @@ class FakeEngine(Engine):
             raise ImageNotFound(f"image {ref}: No such image: {ref}")
         return ImageInfo.from_inspect(ref, payload)
 
-    def pull(self, ref: str) -> None:
+    def pull(self, ref: str, *, platform: str | None = None) -> None:
         self._check()
         self.calls.append(f"pull {ref}")
         if ref not in self.pullable:
             raise ImageNotFound(f"pull {ref}: pull access denied for {ref.rsplit(':', 1)[0]}, repository does not"
                                 " exist or may require 'docker login'")
-        self.add_image(ref, self.pullable[ref])
+        self.add_image(ref, self.pullable[ref], arch=platform.split("/")[1] if platform else None)
 
     def tag(self, image: str, ref: str) -> None:
         self._check()
@@ -238,9 +242,10 @@ class FakeEngine(Engine):
         self._images[ref] = payload
 
     def build(self, context: IO[bytes], tag: str, *, nocache: bool = False,
-              network: str | None = None) -> Iterator[BuildEvent]:
+              network: str | None = None, platform: str | None = None) -> Iterator[BuildEvent]:
         self._check()
         self.calls.append(f"build {tag}")
+        self.builds.append({"tag": tag, "nocache": nocache, "network": network, "platform": platform})
         with tarfile.open(fileobj=context, mode="r:*") as tar:
             member = tar.extractfile("Dockerfile") if "Dockerfile" in tar.getnames() else None
             if member is None:
@@ -251,6 +256,7 @@ class FakeEngine(Engine):
         labels: dict[str, str] = {}
         env: dict[str, str] = {}
         stages: set[str] = set()
+        arch = None  # as the classic builder does: the image is of its base's architecture, whatever `platform` says
         for n, (word, rest) in enumerate(steps, 1):
             yield BuildEvent("stream", f"Step {n}/{len(steps)} : {word} {rest}\n")
             failing = next((lines for key, lines in self.build_failures.items() if key in f"{word} {rest}"), None)
@@ -264,12 +270,14 @@ class FakeEngine(Engine):
                 if base not in stages and base not in self._images:
                     yield BuildEvent("error", f"pull access denied for {base}, repository does not exist")
                     return
+                if base not in stages:  # a later stage FROM an earlier one keeps that one's architecture
+                    arch = (self._images.get(base) or {}).get("Architecture")
                 stages.update(alias[1:2])
                 labels, env = {}, {}  # each stage starts from its base (the fake's bases carry none)
             elif word in ("LABEL", "ENV"):
                 (labels if word == "LABEL" else env).update(_pairs(rest))
             yield BuildEvent("stream", f" ---> {_digest(n)[:12]}\n")
-        info = self.add_image(tag, labels, env)
+        info = self.add_image(tag, labels, env, arch=arch)
         yield BuildEvent("stream", f"Successfully built {info.id[7:19]}\n")
         yield BuildEvent("aux", image_id=info.id)
 

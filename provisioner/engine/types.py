@@ -23,7 +23,8 @@ def env_dict(items: list[str] | None) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class ImageInfo:
-    """A local image: the reference asked for, its id, labels, environment, tags and size in bytes."""
+    """A local image: the reference asked for, its id, labels, environment, tags, size in bytes and the
+    architecture the engine records for it (amd64, arm64, ...; None when it records none)."""
 
     ref: str
     id: str
@@ -31,12 +32,14 @@ class ImageInfo:
     env: dict[str, str] = field(default_factory=dict)
     tags: tuple[str, ...] = ()
     size: int | None = None
+    arch: str | None = None
 
     @classmethod
     def from_inspect(cls, ref: str, payload: dict) -> ImageInfo:
         cfg = payload.get("Config") or {}
         return cls(ref=ref, id=payload.get("Id") or "", labels=dict(cfg.get("Labels") or {}),
-                   env=env_dict(cfg.get("Env")), tags=tuple(payload.get("RepoTags") or ()), size=payload.get("Size"))
+                   env=env_dict(cfg.get("Env")), tags=tuple(payload.get("RepoTags") or ()), size=payload.get("Size"),
+                   arch=payload.get("Architecture") or None)
 
 
 @dataclass(frozen=True)

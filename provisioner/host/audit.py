@@ -23,6 +23,7 @@ from provisioner.host.audit_context import AuditContext, AuditOptions
 from provisioner.host.audit_driver import (
     check_cann_arch,
     check_driver_cann,
+    check_driver_images,
     check_firmware,
     check_probe,
     check_stack_presence,
@@ -49,6 +50,7 @@ CHECKS = [
     ("probe", check_probe),
     ("stack-presence", check_stack_presence),
     ("driver-cann", check_driver_cann),
+    ("driver-images", check_driver_images),
     ("firmware", check_firmware),
     ("cann-arch", check_cann_arch),
     ("npu-smi", check_npu_smi),

@@ -104,6 +104,28 @@ def check_driver_cann(ctx: AuditContext):
         yield from fit_findings("", driver, inst["version"], row, ctx.matrix, what, card_hint)
 
 
+def check_driver_images(ctx: AuditContext):
+    """A driver that runs no CANN with an official image for the host's chip: every image needs an HDK upgrade
+    or a base image of one's own (resolve/hostfit.outlook decides, with the one driver-fit module)."""
+    from provisioner.resolve import hostfit
+
+    driver = ctx.driver_version
+    if not driver or not is_version(driver):
+        return  # check_stack_presence reports a missing or unreadable version
+    for fam in ctx.families or ([ctx.card[1]["id"]] if ctx.card else []):
+        look = hostfit.outlook(ctx.matrix, driver, ctx.matrix.family(fam))
+        if look["fits"] or not look["oldest"]:
+            continue
+        old, new = look["oldest"], look["newest"]
+        what = "is older than every" if look["older"] else "runs no"
+        yield warning("driver-fits-no-image",
+                      f"driver {driver} {what} CANN with an official image for chip {look['chip']}: the oldest,"
+                      f" CANN {old['cann']}, needs HDK {old['needs']}",
+                      f"upgrade the Ascend HDK (driver and firmware): CANN {new['cann']}, the newest with an image,"
+                      f" lists {new['needs']}; CANN {old['cann']}, the oldest, lists {old['needs']}; or build on your"
+                      " own CANN base image (`provision build --base-image IMAGE`)")
+
+
 def _in_fw_range(fw: str, rng: list[str]) -> bool:
     lo, v, hi = V(rng[0]), V(fw), V(rng[1])  # parse all three first: a bad bound must not hide
     return lo <= v <= hi

@@ -20,8 +20,7 @@ import pwd
 import stat
 from pathlib import Path
 
-DRIVER_DIRS = ("usr/local/Ascend/driver", "usr/local/npu/driver")
-NPU_SMI_DIRS = ("usr/local/bin", "usr/local/sbin", "usr/bin", "usr/sbin")
+from provisioner.host.layout import DRIVER_DIRS, NPU_SMI_DIRS  # noqa: F401 (re-exported)
 
 
 def under(root: str | Path, path: str) -> Path:

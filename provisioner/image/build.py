@@ -140,10 +140,15 @@ def system_ca_bundle() -> str | None:
     return None
 
 
-def ensure_base(engine: Engine, ref: str, pull: bool) -> bool:
-    """The base image must be local or pullable; returns True when it was pulled."""
+def ensure_base(engine: Engine, ref: str, pull: bool, arch: str | None = None) -> bool:
+    """The base image must be local or pullable, and of the stack's architecture `arch` (x86_64, aarch64) where the
+    engine records one: the classic builder builds on a local base of another architecture without a word, and the
+    image would carry the stack's arch label over the base's binaries. Returns True when it was pulled."""
+    from provisioner import arch as arches
+
+    platform = arches.platform(arch)
     try:
-        engine.image(ref)
+        _same_arch(engine.image(ref), arch, platform)
         return False
     except ImageNotFound:
         pass
@@ -152,10 +157,21 @@ def ensure_base(engine: Engine, ref: str, pull: bool) -> bool:
     if not pull:
         raise ProvisionError(f"base image {ref} does not exist locally (and --no-pull was given)")
     try:
-        engine.pull(ref)
-        return True
+        engine.pull(ref, platform=platform)
     except EngineError as exc:
         raise ProvisionError(f"base image {ref} does not exist locally and cannot be pulled ({short(exc, 200)})") from None
+    _same_arch(engine.image(ref), arch, platform)
+    return True
+
+
+def _same_arch(image, arch: str | None, platform: str | None) -> None:
+    from provisioner import arch as arches
+
+    have = arches.normalize(image.arch)
+    if arch and have and have != arches.normalize(arch):
+        raise ProvisionError(f"base image {image.ref} is {have} ({image.arch}), but the stack is for {arch}: use a"
+                             f" {platform} base image (pull that variant, or name one with --base-image), or resolve"
+                             f" for {have} (--arch {have})")
 
 
 def build(ctx, opts: BuildOptions, out=None, live: bool | None = None, verbose: bool = False,
@@ -177,11 +193,13 @@ def build(ctx, opts: BuildOptions, out=None, live: bool | None = None, verbose: 
 
 
 def _build(eng: Engine, ctx, opts: BuildOptions, out, live: bool, verbose: bool) -> BuildResult:
+    from provisioner import arch as arches
     from provisioner.image import render
     from provisioner.image.progress import Progress
 
     base = ctx.manifest["base_image"]
-    pulled = ensure_base(eng, base, opts.pull)
+    arch = (ctx.manifest.get("stack") or {}).get("arch")
+    pulled = ensure_base(eng, base, opts.pull, arch)
     out.write(f"building {ctx.tag} (recipe {ctx.manifest['recipe']['name']}, base {base}"
               f"{', pulled' if pulled else ''})\n")
     out.flush()
@@ -195,7 +213,8 @@ def _build(eng: Engine, ctx, opts: BuildOptions, out, live: bool, verbose: bool)
         render.write_tar(ctx, tar)
         tar.seek(0)
         try:
-            for event in eng.build(tar, tags[0], nocache=opts.no_cache, network=network):
+            for event in eng.build(tar, tags[0], nocache=opts.no_cache, network=network,
+                                   platform=arches.platform(arch)):
                 progress.feed(event)
                 if event.kind == "error":
                     error = event.text

@@ -100,7 +100,8 @@ def _exact_listed(row: dict) -> list[V]:
     return out
 
 
-def _lowest(row: dict) -> V | None:
+def lowest(row: dict) -> V | None:
+    """The lowest HDK version a row lists (a range's or wildcard's floor), None when none parses."""
     lows = []
     for item in [*row.get("hdk_paired", []), *row.get("hdk_compatible", [])]:
         text = item.split("..")[0].rstrip("*").rstrip(".").lstrip("<>=")
@@ -130,7 +131,7 @@ def driver_verdict(driver: str, cann_row: dict, matrix=None) -> tuple[str, str]:
     same_line = [lv for lv in listed if lv.release[:2] == d.release[:2] and d > lv]
     if same_line:
         return "unlisted", f"a later build of the {d.release[0]}.{d.release[1]} line ({max(same_line)} is listed)"
-    low = _lowest(row)
+    low = lowest(row)
     if low is not None and d < low:
         return "too-old", f"older than every listed HDK (lowest {low})"
     return "mismatch", "between the listed HDK versions"

@@ -8,7 +8,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-_ORDER = ["card", "task", "arch", "base_image", "cann", "driver", "os", "python", "torch", "torch_requirement",
+_ORDER = ["host", "card", "task", "arch", "base_image", "cann", "driver", "os", "python", "torch", "torch_requirement",
           "torch_npu", "mindspore", "apex", "deepspeed", "mindspeed_llm", "dtype", "host_os"]
 
 

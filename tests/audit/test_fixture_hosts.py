@@ -72,6 +72,15 @@ EXPECTED = {
     "broken-no-driver": (2, [
         ("error", "cann-without-driver"),
     ]),
+    "fit-800ta2-24.1rc3": (0, [
+        ("info", "firmware-version-unknown"),
+        ("info", "ascend-runtime-missing"),
+    ]),
+    "fit-800ta2-23.0rc3": (1, [
+        ("warning", "driver-fits-no-image"),
+        ("info", "firmware-version-unknown"),
+        ("info", "ascend-runtime-missing"),
+    ]),
 }
 
 
@@ -107,6 +116,19 @@ def test_fixture_findings_and_exit_code(name, audit_host, capsys):
                               "infos": sum(s == "info" for s, _ in expected)}
     for f in doc["findings"]:
         assert f["message"] and "\n" not in f["message"] and "\n" not in f["remedy"] and f["check"]
+
+
+def test_a_driver_that_fits_no_official_image_is_a_warning_with_the_upgrade(audit_host, capsys):
+    rc, doc = run_audit(audit_host("fit-800ta2-23.0rc3"), capsys=capsys)
+    found = next(f for f in doc["findings"] if f["id"] == "driver-fits-no-image")
+    assert found["message"] == ("driver 23.0.rc3 is older than every CANN with an official image for chip 910b: the"
+                                " oldest, CANN 7.0.0, needs HDK 23.0.3 or 23.0.1 (paired)")
+    assert found["remedy"].startswith("upgrade the Ascend HDK (driver and firmware): CANN 9.1.0, the newest with an"
+                                      " image, lists 26.1.0 (paired)")
+    assert "--base-image" in found["remedy"]
+    # the same host with a driver that runs an official image: no such warning
+    rc, doc = run_audit(audit_host("fit-800ta2-24.1rc3"), capsys=capsys)
+    assert "driver-fits-no-image" not in {f["id"] for f in doc["findings"]}
 
 
 def test_messages_name_the_versions(audit_host, capsys):
@@ -246,7 +268,8 @@ def _normalized(text: str, h) -> str:
     return text.replace(str(h.root), "<root>")
 
 
-@pytest.mark.parametrize("name", ["seed-800ta2", "seed-310-300i", "broken-driver-old", "broken-perms"])
+@pytest.mark.parametrize("name", ["seed-800ta2", "seed-310-300i", "broken-driver-old", "broken-perms",
+                                  "fit-800ta2-23.0rc3"])
 def test_text_report_golden(name, audit_host, capsys):
     h = audit_host(name)
     rc = main(["audit", "--root", str(h.root), "--dev-root", str(h.dev_root)])

@@ -218,4 +218,4 @@ def test_shm_size_from_statvfs(small_shm):
 
 def test_fixture_names_are_prefixed():
     mine = [n for n in hosts.names() if not n.startswith("plan-")]
-    assert all(n.startswith(("seed-", "broken-", "a3-")) for n in mine), mine
+    assert all(n.startswith(("seed-", "broken-", "a3-", "fit-")) for n in mine), mine

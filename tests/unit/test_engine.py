@@ -256,6 +256,59 @@ def test_a_failing_step_is_build_failed_with_its_log(context):
     assert "build failed at step" in out.getvalue() and "| ERROR: No matching distribution" in out.getvalue()
 
 
+def test_build_checks_the_base_architecture_and_passes_the_platform(context):
+    """A base of another architecture is refused before the build (the classic builder would build on it without a
+    word); a matching base builds with the stack's platform; a pulled base is pulled for that platform."""
+    from provisioner.image import build
+
+    stack, make = context
+    assert stack["arch"] == "x86_64"
+    ctx = make()
+    base = ctx.manifest["base_image"]
+    other = FakeEngine()
+    other.add_image(base, arch="arm64")
+    with pytest.raises(ProvisionError, match=r"is aarch64 \(arm64\), but the stack is for x86_64: use a linux/amd64"):
+        build.build(ctx, build.BuildOptions(pull=False), out=io.StringIO(), live=False, engine=other)
+    assert other.builds == [] and not any(c.startswith("pull") for c in other.calls)
+    same = FakeEngine()
+    same.add_image(base, arch="amd64")
+    result = build.build(make(), build.BuildOptions(pull=False), out=io.StringIO(), live=False, engine=same)
+    assert [b["platform"] for b in same.builds] == ["linux/amd64"] and same.image(result.tag).arch == "amd64"
+    pulled = FakeEngine()
+    pulled.pullable[base] = {}
+    result = build.build(make(), build.BuildOptions(), out=io.StringIO(), live=False, engine=pulled)
+    assert result.base_pulled and pulled.image(base).arch == "amd64" and pulled.image(result.tag).arch == "amd64"
+
+
+@pytest.mark.docker
+def test_the_classic_builder_keeps_a_local_base_architecture(docker_client, base_image):
+    """What the fake (and the up-front base check) rely on: the real classic builder, asked for linux/arm64 on a
+    local amd64 base, builds an amd64 image; `provision build` for an aarch64 stack on that base is refused at once."""
+    import subprocess
+    import sys
+    import uuid
+
+    from provisioner import engine as engines
+    from provisioner.engine.fake import tar_of
+
+    have = docker_client.images.get(base_image).attrs["Architecture"]
+    assert have == "amd64", f"this check needs an amd64 base image, {base_image} is {have}"
+    tag = f"provision-arch-platform-{uuid.uuid4().hex[:8]}:1"
+    with engines.connect(300) as real:
+        try:
+            events = list(real.build(tar_of({"Dockerfile": f"FROM {base_image}\nLABEL x=1\n".encode()}), tag,
+                                     platform="linux/arm64"))
+            assert events[-1].kind != "error", events[-1]
+            assert real.image(tag).arch == "amd64"
+        finally:
+            docker_client.images.remove(tag, force=True)
+    proc = subprocess.run([sys.executable, "-m", "provisioner.cli", "build", "--card", "300T-A2", "--arch", "aarch64",
+                           "--base-image", base_image, "--for-host", "none", "--no-pull"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert f"base image {base_image} is x86_64 (amd64), but the stack is for aarch64" in proc.stderr
+
+
 @pytest.mark.docker
 def test_fake_inspect_matches_the_real_engine(docker_client, base_image):
     """The same create kwargs on the real engine and on the fake give the same inspect fields."""

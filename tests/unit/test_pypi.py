@@ -156,7 +156,7 @@ def test_a_real_torch_wheel_by_ranges(tmp_path):
     """The real CPU torch wheel (hundreds of MB): its metadata costs a few hundred kB."""
     wheel = _torch_wheels()[0]
     link = tmp_path / wheel.name
-    os.symlink(wheel.resolve(), link)  # the wheelhouse may be given relative (make test)
+    os.symlink(wheel.resolve(), link)  # PROVISION_TEST_WHEELHOUSE may be relative (make test)
     with IndexServer({"torch": [link]}) as srv:
         index = pypi.Index(pypi.PipSettings(index_url=f"{srv.url}/simple"), use_cache=False)
         meta = index.metadata(index.files("torch")[0])
