@@ -22,6 +22,10 @@ def _image_options(f):
                      help="Add a non-root user whose group id is the host's HwHiAiUser group id (see `id HwHiAiUser`)."),
         click.option("--user-uid", type=click.IntRange(1, 2**31 - 1), default=None,
                      help="uid of that user (default 1000; needs --user-gid)."),
+        click.option("--source", "sources", multiple=True, metavar="NAME=PATH|URL",
+                     help="Take a framework checkout (mindspeed, megatron, mindspeed_llm, mindspeed_rl, vllm_ascend,"
+                          " mindformers) from a local git repository or another URL; verified against the commit the"
+                          " matrix pins (repeatable)."),
     ]
     for option in reversed(options):
         f = option(f)
@@ -32,15 +36,22 @@ def _prepare(overlays, kwargs: dict):
     """Resolve the stack for the recipe and render the context (in memory)."""
     from provisioner.cli import hoststack
     from provisioner.errors import ProvisionError, ResolveError
-    from provisioner.image import recipes, render
+    from provisioner.image import recipes, render, sources
 
     recipe_name = kwargs.pop("recipe")
+    given = sources.parse(kwargs.pop("sources", ()))
     gid, uid = kwargs.pop("user_gid"), kwargs.pop("user_uid")
     if uid is not None and gid is None:
         raise ProvisionError("--user-uid needs --user-gid (the group that opens the NPU device nodes)")
-    options = recipes.request_options(recipe_name, pop_resolve(kwargs))
+    plain = pop_resolve(kwargs)
+    options = recipes.request_options(recipe_name, plain)
+    host = pop_host(kwargs)
     try:
-        matrix, stack, record = hoststack.stack_for(overlays, options, pop_host(kwargs))
+        matrix, stack, record = hoststack.stack_for(overlays, options, host)
+        if recipe_name is None and stack["framework"] == "mindspore" and "mindformers" not in stack["extras"]:
+            # The MindSpore image carries MindSpore Transformers: resolve with what its recipe needs.
+            recipe_name = "mindspore"
+            matrix, stack, record = hoststack.stack_for(overlays, recipes.request_options(recipe_name, plain), host)
     except ResolveError as exc:
         hoststack.print_notes(getattr(exc, "host", None))
         raise ProvisionError(f"no stack: {exc} (`provision resolve` with the same options shows why and the"
@@ -48,7 +59,7 @@ def _prepare(overlays, kwargs: dict):
     hoststack.print_notes(record)
     recipe = recipes.choose(stack, recipe_name)
     user = render.User(uid=uid or 1000, gid=gid) if gid is not None else None
-    return render.render(matrix, stack, recipe, user=user)
+    return render.render(matrix, stack, recipe, user=user, sources=given)
 
 
 @click.command("render")
@@ -75,8 +86,10 @@ def render_cmd(overlays, output, as_json, **kwargs):
         click.echo(f"{path}: build context for {ctx.tag}")
         click.echo(f"  recipe {ctx.manifest['recipe']['name']}, stack {ctx.manifest['stack_id']},"
                    f" package set {ctx.manifest['package_set']['id']}, base {ctx.manifest['base_image']}")
-        if (ctx.manifest.get("stack") or {}).get("host"):
-            click.echo(f"  host {ctx.manifest['stack']['explain']['host']}")
+        # A host without a driver limits nothing: its one line went to stderr, the stack explains no host.
+        host_line = ((ctx.manifest.get("stack") or {}).get("explain") or {}).get("host")
+        if host_line:
+            click.echo(f"  host {host_line}")
     return 0
 
 

@@ -27,7 +27,7 @@ RESOLVE = (
     Opt("--torch-npu", "torch_npu", "torch_npu wheel version, e.g. 2.1.0.post17."),
     Opt("--mindspore", "mindspore", "MindSpore version (implies --framework mindspore)."),
     Opt("--python", "python", "Python version inside the image, e.g. 3.10."),
-    Opt("--with", "extras", "Extras: apex, mindspeed-llm, deepspeed (comma-separated or repeated).", multiple=True),
+    Opt("--with", "extras", "Extras: apex, mindspeed-llm, deepspeed, mindformers (comma-separated or repeated).", multiple=True),
     Opt("--arch", "arch", "Target CPU architecture (default: this machine's).", tuple(ARCH_ALIASES)),
     Opt("--driver", "driver", "The host's HDK driver version, e.g. 24.1.rc3: only CANN releases it supports are chosen."),
     Opt("--os", "os_", "Container OS of the base image: ubuntu22.04, openeuler24.03, ..."),

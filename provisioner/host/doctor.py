@@ -1,5 +1,6 @@
 """`provision doctor`: inside a container, check what a training run needs.
 
+For a MindSpore stack, MindSpore instead (provisioner/host/doctor_mindspore.py).
 torch and torch_npu importable and paired (and matching the image's Stack
 label), CANN libraries loadable, the host driver mapped in, NPU devices
 visible and numbered as expected, bf16, launch variables sane, /dev/shm.
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from provisioner import chipids
+from provisioner.host import doctor_mindspore
 from provisioner.host.doctor_facts import AUTOLOAD, DRIVER, INSTALL_INFO, STACK_ENV, STACK_FILE, gather
 from provisioner.host.findings import counts, error, exit_code, info, ordered, run_checks, warning
 
@@ -316,6 +318,7 @@ def check_shm(ctx: DoctorContext):
 CHECKS = [
     ("stack-label", check_stack_label),
     ("torch", check_torch),
+    ("mindspore", doctor_mindspore.check_mindspore),
     ("cann", check_cann),
     ("libraries", check_libraries),
     ("driver", check_driver),

@@ -1,6 +1,7 @@
 """What `provision doctor` reads inside a container: the Python packages (torch, torch_npu, by a child
-process), the image's stack file, CANN and the driver as mapped in, device nodes, the libraries the matrix
-lists, the launch environment and /dev/shm. Nothing here decides what is wrong; doctor.py does.
+process; MindSpore through doctor_mindspore.py when the image's stack is MindSpore), the image's stack
+file, CANN and the driver as mapped in, device nodes, the libraries the matrix lists, the launch
+environment and /dev/shm. Nothing here decides what is wrong; doctor.py does.
 
 torch is never imported in this process: a child Python imports it (with
 TORCH_DEVICE_BACKEND_AUTOLOAD=0 when no CANN is present, since torch >= 2.5
@@ -16,7 +17,7 @@ import re
 import sys
 from pathlib import Path
 
-from provisioner.host import hostfs
+from provisioner.host import doctor_mindspore, hostfs
 from provisioner.host import probe as host
 
 TYPE_CHECKING = False
@@ -154,6 +155,9 @@ def gather(root: str | Path = "/", dev_root: str | Path | None = None, env: Mapp
     cann_present = bool(facts["cann"]) or any(r["loaded"] for r in facts["libraries"] if r["provided_by"] == "cann")
     facts["cann_present"] = cann_present
     facts["torch"] = torch_probe(python or sys.executable, env, cann_present, timeout)
+    if ((facts["stack"] or {}).get("stack") or {}).get("framework") == "mindspore":
+        npu_usable = cann_present and bool(facts["devices"]["davinci_ids"])
+        facts["mindspore"] = doctor_mindspore.probe(python or sys.executable, env, npu_usable, timeout)
     facts["env"] = {k: env[k] for k in sorted(env) if k.startswith(("HCCL_", "ASCEND_", "GLOO_", AUTOLOAD))}
     facts["shm"] = host.shm_facts(dev)
     facts["summary"] = _summary(facts)
@@ -174,6 +178,8 @@ def _summary(f: dict) -> dict:
         "python": f["python"],
         "torch": torch_v,
         "torch_npu": npu_v,
+        **({"MindSpore": (f.get("mindspore") or {}).get("mindspore", {}).get("version") or "not importable"}
+           if "mindspore" in f else {}),
         "CANN": ", ".join(f"{c['version']} ({c['kind']})" for c in f["cann"]) or "not found",
         "driver": (f["driver"] or {}).get("version") or ("mapped, no version.info" if f["driver"] else "not mapped"),
         "devices": ", ".join(f"davinci{i}" for i in ids) or "none",

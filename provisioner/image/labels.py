@@ -17,6 +17,27 @@ if TYPE_CHECKING:
 
 STACK_LABEL = "org.provision.stack"
 STACK_ID_LABEL = "org.provision.stack.id"
+# A framework image (recipe mindspeed-llm or mindspore) also carries: the framework set (a llm_bundles id of
+# matrices/mindspeed.yaml, or mindformers-<version>), its kind (mindspeed-llm, mindspeed-rl, mindformers), the
+# locked environment (matrices/frameworks.yaml id) and its checkouts as JSON
+# {name: {commit, ref, from, path}}: `path` is where the image keeps a tree it runs from (null: built and dropped).
+FRAMEWORK_SET_LABEL = "org.provision.framework.set"
+FRAMEWORK_KIND_LABEL = "org.provision.framework.kind"
+FRAMEWORK_ENV_LABEL = "org.provision.framework.env"
+CHECKOUTS_LABEL = "org.provision.framework.checkouts"
+
+
+def framework_from_labels(labels: dict | None) -> dict | None:
+    """{set, kind, env, checkouts} of a framework image, or None for an image that carries no framework set."""
+    labels = labels or {}
+    if FRAMEWORK_SET_LABEL not in labels:
+        return None
+    try:
+        checkouts = json.loads(labels.get(CHECKOUTS_LABEL) or "{}")
+    except ValueError:
+        checkouts = {}
+    return {"set": labels[FRAMEWORK_SET_LABEL], "kind": labels.get(FRAMEWORK_KIND_LABEL),
+            "env": labels.get(FRAMEWORK_ENV_LABEL), "checkouts": checkouts}
 
 
 def stack_from_labels(labels: dict | None, ref: str = "the image") -> dict:

@@ -182,8 +182,8 @@ def layers(matrix, stack: Mapping[str, Any], recipe, row: dict) -> list[Layer]:
     for name in sorted(stack.get("extras") or {}):
         install = (recipe.extras or {}).get(name.replace("_", "-")) or (recipe.extras or {}).get(name) or {}
         extra = (row.get("extras") or {}).get(name.replace("_", "-")) or (row.get("extras") or {}).get(name)
-        if name == "mindspeed_llm":
-            continue  # git checkouts, not packages: see the recipe's repos
+        if name in ("mindspeed_llm", "mindformers"):
+            continue  # framework sets: their environment is matrices/frameworks.yaml (provisioner/image/frameworks.py)
         if extra is None:
             raise ProvisionError(f"{row.get('_at', 'packages')}: package set {row['id']!r} has no lock for"
                                  f" --with {name.replace('_', '-')}; add extras.{name.replace('_', '-')}"
@@ -199,14 +199,21 @@ def file_text(layer: Layer) -> str:
     return f"# {layer.title}\n" + "".join(f"{line}\n" for line in layer.lines)
 
 
-def lock_text(all_layers: list[Layer], stack: Mapping[str, Any], row: dict) -> str:
+def lock_text(all_layers: list[Layer], stack: Mapping[str, Any], row: dict, extra_head: list[str] | None = None) -> str:
     """requirements.lock: every layer, in install order, with where each group of pins comes from."""
     pins = ", ".join(f"{k}=={v}" for k, v in row["pins"].items())
     head = [
         "# Complete, pinned requirements of this image (install order; every line is installed with --no-deps).",
         f"# Stack {stack['id']}, Python {stack['python']}, {stack['arch']}; package set {row['id']}.",
-        f"# Top-level pins of the set: {pins}; every other line of the set is what they (and the framework",
-        "# and provision) need, resolved once for the set (matrices/packages.yaml), not at build time.",
+    ]
+    if extra_head:
+        head += extra_head
+    else:
+        head += [
+            f"# Top-level pins of the set: {pins}; every other line of the set is what they (and the framework",
+            "# and provision) need, resolved once for the set (matrices/packages.yaml), not at build time.",
+        ]
+    head += [
         "# Fill an offline wheelhouse (on a machine with the image's Python and CPU architecture) with:",
         "#   pip download --no-deps -r requirements.lock -d WHEELHOUSE",
         "",

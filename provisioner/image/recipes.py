@@ -8,6 +8,7 @@ it clones. The Dockerfile text lives in templates/.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,7 +21,8 @@ if TYPE_CHECKING:
     from typing import Any
 
 _KEYS = {"name", "title", "description", "framework", "default", "requires", "repository", "template",
-         "project_extras", "extras", "build_tools", "repos", "source", "notes"}
+         "project_extras", "extras", "build_tools", "repos", "layout", "runtime", "commands", "source", "notes"}
+_SAFE_PATH = re.compile(r"^(/[A-Za-z0-9._-]+)+$")
 _REQUIRED = ("name", "title", "description", "framework", "repository", "template")
 
 
@@ -38,6 +40,9 @@ class Recipe:
     extras: dict = field(default_factory=dict)
     build_tools: dict = field(default_factory=dict)
     repos: dict = field(default_factory=dict)
+    layout: dict = field(default_factory=dict)  # per kind of set: [{copy: CHECKOUT/DIR, into: CHECKOUT}]
+    runtime: dict = field(default_factory=dict)  # per kind of set: {packages: {apt, yum}, preload}
+    commands: dict = field(default_factory=dict)  # name -> {checkout, script}
     source: tuple[str, ...] = ()
     at: str = ""
 
@@ -79,12 +84,27 @@ def load(name: str) -> Recipe:
         raise ProvisionError(f"{doc.where('framework')}: framework must be pytorch or mindspore")
     if not (data_dir("templates") / doc["template"]).is_file():
         raise ProvisionError(f"{doc.where('template')}: template {doc['template']!r} not found in templates/")
-    for key in ("extras", "build_tools", "repos"):
+    for key in ("extras", "build_tools", "repos", "layout", "runtime", "commands"):
         if not isinstance(doc.get(key, {}), dict):
             raise ProvisionError(f"{doc.where(key)}: {key} must be a mapping")
     for repo, spec in (doc.get("repos") or {}).items():
         if not isinstance(spec, dict) or not isinstance(spec.get("url"), str):
             raise ProvisionError(f"{doc.where('repos')}: repos.{repo} needs a url")
+        if spec.get("dir") is not None and not _SAFE_PATH.match(str(spec["dir"])):
+            raise ProvisionError(f"{doc.where('repos')}: repos.{repo}.dir must be an absolute path of plain characters")
+    repos = doc.get("repos") or {}
+    for kind, ops in (doc.get("layout") or {}).items():
+        for op in ops or []:
+            src, into = str((op or {}).get("copy", "")), str((op or {}).get("into", ""))
+            if src.split("/", 1)[0] not in repos or into not in repos or not _SAFE_PATH.match("/" + src):
+                raise ProvisionError(f"{doc.where('layout')}: layout.{kind}: each entry copies CHECKOUT/DIR into a"
+                                     f" CHECKOUT of repos (got {op!r})")
+    for name, spec in (doc.get("commands") or {}).items():
+        if not re.fullmatch(r"[a-z][a-z0-9-]*", str(name)) or not isinstance(spec, dict) \
+                or spec.get("checkout") not in repos or not _SAFE_PATH.match("/" + str(spec.get("script", ""))):
+            raise ProvisionError(f"{doc.where('commands')}: commands.{name} needs a checkout of repos and a script")
+        if not all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(m)) for m in spec.get("needs") or []):
+            raise ProvisionError(f"{doc.where('commands')}: commands.{name}.needs lists Python module names")
     source = doc.get("source") or []
     return Recipe(
         name=doc["name"],
@@ -99,6 +119,9 @@ def load(name: str) -> Recipe:
         extras=_plain(doc.get("extras") or {}),
         build_tools=_plain(doc.get("build_tools") or {}),
         repos=_plain(doc.get("repos") or {}),
+        layout=_plain(doc.get("layout") or {}),
+        runtime=_plain(doc.get("runtime") or {}),
+        commands=_plain(doc.get("commands") or {}),
         source=tuple([source] if isinstance(source, str) else source),
         at=doc.where(),
     )
@@ -137,6 +160,9 @@ def choose(stack: Mapping[str, Any], name: str | None = None) -> Recipe:
     # The most specific recipe first (most required extras), the default recipe last.
     fitting.sort(key=lambda r: (-len(r.requires), not r.default, r.name))
     if not fitting:
+        close = [r for r in candidates if r.framework == stack["framework"]]
+        if close:
+            raise ProvisionError(f"recipe {close[0].name!r} needs a stack resolved --with {', '.join(close[0].requires)}")
         raise ProvisionError(f"no recipe in images/ builds a {stack['framework']} stack")
     return fitting[0]
 

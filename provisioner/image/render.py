@@ -21,7 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from provisioner.errors import ProvisionError
-from provisioner.image.labels import STACK_ID_LABEL, STACK_LABEL
+from provisioner.image.labels import (
+    CHECKOUTS_LABEL,
+    FRAMEWORK_ENV_LABEL,
+    FRAMEWORK_KIND_LABEL,
+    FRAMEWORK_SET_LABEL,
+    STACK_ID_LABEL,
+    STACK_LABEL,
+)
 from provisioner.image.templates import raw, render_template
 from provisioner.resolve.stack import summary as stack_summary
 
@@ -86,9 +93,24 @@ def image_tag(stack: Mapping[str, Any], recipe, user: User | None = None) -> str
     return f"{recipe.repository}:{_tag_part('-'.join(parts))}"
 
 
-def labels(stack: Mapping[str, Any], recipe, tag: str, project, lock_sha: str, package_set: str) -> dict[str, str]:
-    """OCI labels plus the whole Stack as compact JSON (the contract audit and launch read back)."""
+def labels(stack: Mapping[str, Any], recipe, tag: str, project, lock_sha: str, package_set: str,
+           fw: dict | None = None) -> dict[str, str]:
+    """OCI labels plus the whole Stack as compact JSON (the contract audit and launch read back).
+
+    A framework image also says which framework set it carries, the locked environment and every checkout
+    (commit, ref label, path in the image): what `launch --job` needs to run MindSpeed-LLM/RL or MindFormers.
+    """
     summary = stack_summary(stack)
+    extra = {}
+    if fw:
+        plan = fw["plan"]
+        extra = {
+            FRAMEWORK_SET_LABEL: plan.set_id,
+            FRAMEWORK_KIND_LABEL: plan.kind,
+            FRAMEWORK_ENV_LABEL: plan.env["id"],
+            CHECKOUTS_LABEL: json.dumps({c.name: c.to_dict() for c in fw["checkouts"]}, separators=(",", ":"),
+                                        sort_keys=True),
+        }
     return {
         "org.opencontainers.image.title": recipe.repository,
         "org.opencontainers.image.description": f"{recipe.title}: {summary}",
@@ -99,6 +121,7 @@ def labels(stack: Mapping[str, Any], recipe, tag: str, project, lock_sha: str, p
         "org.provision.version": project.version,
         "org.provision.package-set": package_set,
         "org.provision.lock.sha256": lock_sha,
+        **extra,
         STACK_ID_LABEL: stack["id"],
         STACK_LABEL: json.dumps(stack, separators=(",", ":"), ensure_ascii=True),
     }
@@ -107,27 +130,45 @@ def labels(stack: Mapping[str, Any], recipe, tag: str, project, lock_sha: str, p
 # ------------------------------------------------------------------ render
 
 
-def render(matrix, stack: Mapping[str, Any], recipe, user: User | None = None, project_root: str | Path | None = None) -> Context:
-    """Render the build context for `stack` with `recipe` (see the module docstring)."""
-    from provisioner.image import packages, project
+def render(matrix, stack: Mapping[str, Any], recipe, user: User | None = None, project_root: str | Path | None = None,
+           sources: dict[str, str] | None = None) -> Context:
+    """Render the build context for `stack` with `recipe` (see the module docstring).
+
+    `sources` maps checkout names to a local repository or a URL (`--source`).
+    """
+    from provisioner.image import frameworks, packages, project
 
     root = project.source_root(project_root)
     proj = project.describe(root)
     row = packages.select(matrix, stack)
-    packages.check_project(row, stack, list(proj.requirements), recipe.project_extras)
-    layers = packages.layers(matrix, stack, recipe, row)
-    lock = packages.lock_text(layers, stack, row)
+    fw = _framework(matrix, stack, recipe, sources or {})
+    if fw is None:
+        if sources:
+            raise ProvisionError(f"--source {next(iter(sources))}: recipe {recipe.name!r} makes no checkouts")
+        packages.check_project(row, stack, list(proj.requirements), recipe.project_extras)
+        layers = packages.layers(matrix, stack, recipe, row)
+        lock = packages.lock_text(layers, stack, row)
+    else:
+        plan = fw["plan"]
+        lock_row = {"id": plan.env["id"], "pins": {}, "lock": [x for layer in plan.layers for x in layer.lines],
+                    "_at": plan.env.get("_at", "frameworks")}
+        packages.check_project(lock_row, stack, list(proj.requirements), recipe.project_extras)
+        layers = [packages.layers(matrix, stack, recipe, row)[0], *plan.layers]
+        lock = packages.lock_text(layers, stack, {**row, "pins": {}}, extra_head=frameworks.lock_header(plan))
     lock_sha = hashlib.sha256(lock.encode()).hexdigest()
     tag = image_tag(stack, recipe, user)
-    label_map = labels(stack, recipe, tag, proj, lock_sha, row["id"])
-    repos = _repos(stack, recipe)
+    label_map = labels(stack, recipe, tag, proj, lock_sha, row["id"], fw)
     ds_ops = _deepspeed_ops(stack, recipe)
 
     values = dict(
-        stack=stack, recipe=recipe, layers=layers, labels=label_map, user=user, repos=repos,
+        stack=stack, recipe=recipe, layers=layers, labels=label_map, user=user,
         apex=stack.get("apex"), project_extras=recipe.project_extras, project=proj,
         build_tools=recipe.build_tools, summary=stack_summary(stack), package_set=row["id"],
-        allow=_unlocked_allowed(stack, proj), strict=not repos, deepspeed_ops=ds_ops,
+        allow=_unlocked_allowed(stack, fw), strict=True, framework=fw and fw["plan"],
+        checkouts=fw["checkouts"] if fw else [], layout=fw["layout"] if fw else [],
+        runtime=fw["runtime"] if fw else None, commands=recipe.commands if fw else {},
+        accept=[f"{c['package']}:{c['requires']}" for c in fw["plan"].accepted] if fw else [],
+        deepspeed_ops=ds_ops,
     )
     dockerfile = render_template(recipe.template, **values)
     ctx = Context(files={}, modes={}, tag=tag, manifest={}, dockerfile=dockerfile)
@@ -135,6 +176,18 @@ def render(matrix, stack: Mapping[str, Any], recipe, user: User | None = None, p
     ctx.add("requirements.lock", lock.encode())
     for layer in layers:
         ctx.add(layer.file, packages.file_text(layer).encode())
+    if fw:
+        for rel, blob in fw["files"].items():
+            ctx.add(rel, blob)
+        for pkg in fw["plan"].packages:
+            if pkg.sdist:
+                ctx.add(f"requirements/sdist-{pkg.name}.txt",
+                        f"{pkg.name}=={pkg.sdist['version']} --hash=sha256:{pkg.sdist['sha256']}\n".encode())
+        for name, spec in (recipe.commands or {}).items():
+            keep = recipe.repos[spec["checkout"]].get("dir")
+            text = render_template("files/command.sh.j2", command=name, path=f"{keep}/{spec['script']}",
+                           python=f"{_VENV}/bin/python", needs=list(spec.get("needs") or []))
+            ctx.add(f"files/commands/{name}", text.encode(), EXECUTABLE)
     ctx.add("files/lock-check.py", raw("files/lock-check.py"))
     ctx.add("files/rootfs/etc/provision/cann-env.sh", raw("files/cann-env.sh"))
     ctx.add("files/rootfs/etc/profile.d/provision-cann.sh", raw("files/profile-cann.sh"))
@@ -148,6 +201,14 @@ def render(matrix, stack: Mapping[str, Any], recipe, user: User | None = None, p
     for rel, src in project.files(root).items():
         ctx.add(f"project/{rel}", src)
     ctx.manifest = _manifest(stack, recipe, tag, row, layers, proj, user, label_map, ctx)
+    if fw:
+        plan = fw["plan"]
+        ctx.manifest["framework"] = {
+            "set": plan.set_id, "kind": plan.kind, "env": plan.env["id"],
+            "checkouts": {c.name: c.to_dict() for c in fw["checkouts"]},
+            "built_from_source": [p.name for p in plan.packages],
+            "accepted_conflicts": plan.accepted,
+        }
     ctx.add(MANIFEST, (json.dumps(ctx.manifest, indent=2, ensure_ascii=False) + "\n").encode())
     return ctx
 
@@ -179,30 +240,45 @@ def _deepspeed_ops(stack: Mapping[str, Any], recipe) -> list[str]:
     return list(ops)
 
 
-def _repos(stack: Mapping[str, Any], recipe) -> dict[str, dict]:
-    """Git checkouts a recipe makes: the stack's MindSpeed set refs joined with the recipe's URLs."""
+_VENV = "/opt/venv"  # the template's venv path: the command wrappers call its Python
+
+
+def _framework(matrix, stack: Mapping[str, Any], recipe, given: dict[str, str]) -> dict | None:
+    """The framework set's plan, checkouts (verified --source archives included) and layout, or None."""
+    from provisioner.image import frameworks, sources
+
+    found = frameworks.set_of(stack)
     if not recipe.repos:
-        return {}
-    refs = (stack.get("extras") or {}).get("mindspeed_llm")
-    if not refs:
-        raise ProvisionError(f"recipe {recipe.name!r} needs a stack resolved --with mindspeed-llm")
-    out = {}
-    for key, spec in recipe.repos.items():
-        if refs.get(key):
-            out[key] = {"url": spec["url"], "ref": refs[key], "dir": spec.get("dir")}
-    missing = [k for k in ("mindspeed", "megatron", "mindspeed_llm") if k not in out]
-    if missing:
-        raise ProvisionError(f"recipe {recipe.name!r}: the stack's MindSpeed set names no ref for {', '.join(missing)}")
-    return out
+        return None
+    if found is None:
+        raise ProvisionError(f"recipe {recipe.name!r} needs a stack resolved --with {', '.join(recipe.requires)}")
+    extra = sorted(n.replace("_", "-") for n in (stack.get("extras") or {}) if n not in ("mindspeed_llm", "mindformers"))
+    if extra:
+        raise ProvisionError(f"--with {extra[0]} is not part of the {found[0]} environment (recipe {recipe.name!r});"
+                             " leave it out, or use --recipe pytorch")
+    plan = frameworks.plan(matrix, stack)
+    ms = (stack.get("extras") or {}).get("mindspeed_llm") or {}
+    labels = {k: str(ms.get(k) or "") for k in plan.commits}
+    labels.update({"mindformers": (stack.get("extras") or {}).get("mindformers", {}).get("ref", "")})
+    checkouts, files = sources.checkouts(recipe.repos, plan.commits, labels, given)
+    layout = (recipe.layout or {}).get(plan.kind)
+    if layout is None:
+        raise ProvisionError(f"recipe {recipe.name!r} has no layout for a {plan.kind} set")
+    runtime = (recipe.runtime or {}).get(plan.kind)
+    if runtime is not None:
+        preload = runtime.get("preload") or []
+        runtime = {"packages": runtime.get("packages") or {"apt": [], "yum": []},
+                   "preload": [preload] if isinstance(preload, str) else list(preload)}
+    return {"plan": plan, "checkouts": checkouts, "files": files, "layout": layout, "runtime": runtime}
 
 
-def _unlocked_allowed(stack: Mapping[str, Any], proj) -> list[str]:
+def _unlocked_allowed(stack: Mapping[str, Any], fw: dict | None) -> list[str]:
     """Packages that rightly are not in the lock (installed from source in the builder stages)."""
     allowed = ["pip"]
     if stack.get("apex"):
         allowed.append("apex")
-    if (stack.get("extras") or {}).get("mindspeed_llm"):
-        allowed.append("mindspeed")
+    if fw:
+        allowed += fw["plan"].allowed_unlocked()
     return allowed
 
 

@@ -4,10 +4,14 @@ and returns the normalised value or raises ValueError with one line saying what 
     STR, TEXT, VER (a version), SPECS (version specs), PY (a Python range), BOOL, INT, SOURCE (a source
     id or reference), MAP, STR_MAP, ARCH_PY / ARCH_PIN (per CPU architecture), and the combinators
     opt(check), list_of(check), enum(*choices), records(required, optional); PAIRINGS and SOURCE_KINDS
-    are the values of a row's `pairing` and a source's `kind`.
+    are the values of a row's `pairing` and a source's `kind`. For framework sets: COMMIT (a 40-hex
+    git commit), COMMITS (checkout name -> commit, the names in CHECKOUTS), STEPS (an environment's
+    upstream install order) and SDISTS (source archives by version, sha256 and https URL).
 """
 
 from __future__ import annotations
+
+import re
 
 from provisioner.arch import ARCHES
 from provisioner.matrix.versions import PyRange, Spec, V, VersionError
@@ -176,11 +180,109 @@ def _pin(value, name):
     return value
 
 
+# ------------------------------------------------------- framework sets (matrices/frameworks.yaml)
+
+
+_HEX40 = frozenset("0123456789abcdef")
+
+
+def _commit(value, name):
+    if not isinstance(value, str) or len(value) != 40 or not set(value) <= _HEX40:
+        raise ValueError(f"{name} must be a full 40-hex git commit (lower case), got {value!r}:"
+                         " branches and tags move, a commit does not")
+    return value
+
+
+# The checkouts a framework set names: each *_ref label has a commit under `commits`.
+CHECKOUTS = ("mindspeed", "megatron", "mindspeed_llm", "mindspeed_rl", "vllm_ascend")
+
+
+def _commits(value, name):
+    if not isinstance(value, dict) or not value:
+        raise ValueError(f"{name} must map checkout names to 40-hex commits")
+    for key, commit in value.items():
+        if key not in CHECKOUTS:
+            raise ValueError(f"{name}: unknown checkout {key!r} (expected one of: {', '.join(CHECKOUTS)})")
+        _commit(commit, f"{name}.{key}")
+    return value
+
+
+def _env_steps(value, name):
+    """The upstream install order of a framework environment (see matrices/frameworks.yaml)."""
+    if not isinstance(value, list) or not value:
+        raise ValueError(f"{name} must be a non-empty list of steps")
+    seen = set()
+    for n, step in enumerate(value):
+        where = f"{name}[{n}]"
+        if not isinstance(step, dict):
+            raise ValueError(f"{where} must be a mapping")
+        unknown = sorted(set(step) - _STEP_KEYS)
+        if unknown:
+            raise ValueError(f"{where}: unknown key {unknown[0]!r} (expected one of: {', '.join(sorted(_STEP_KEYS))})")
+        for key in ("name", "title", "source"):
+            if not isinstance(step.get(key), str) or not step[key].strip():
+                raise ValueError(f"{where} needs {key!r} (text)")
+        if not _PKG_NAME.match(step["name"]) or "\n" in step["title"]:
+            raise ValueError(f"{where}: name must be a plain name and title one line (both reach the Dockerfile)")
+        if step["name"] in seen or step["name"] in ("framework", "base"):
+            raise ValueError(f"{where}: step name {step['name']!r} is taken")
+        seen.add(step["name"])
+        inline, from_file = step.get("requirements"), step.get("file")
+        if (inline is None) == (from_file is None):
+            raise ValueError(f"{where} needs either requirements (a list) or file (checkout/sdist + path)")
+        if inline is not None and not (isinstance(inline, list) and all(isinstance(x, str) for x in inline)):
+            raise ValueError(f"{where}.requirements must be a list of requirement strings")
+        if from_file is not None:
+            if not isinstance(from_file, dict) or not isinstance(from_file.get("path"), str) \
+                    or len([k for k in ("checkout", "sdist") if k in from_file]) != 1:
+                raise ValueError(f"{where}.file needs path and one of checkout / sdist")
+        if "no_deps" in step and not isinstance(step["no_deps"], bool):
+            raise ValueError(f"{where}.no_deps must be true or false")
+        pkg = step.get("package")
+        if pkg is not None:
+            if not isinstance(pkg, dict) or not isinstance(pkg.get("name"), str) \
+                    or len([k for k in ("checkout", "sdist") if k in pkg]) != 1:
+                raise ValueError(f"{where}.package needs name and one of checkout / sdist")
+            # These reach a Dockerfile RUN line: names and values are held to plain characters.
+            if not _PKG_NAME.match(pkg["name"]) or not _PKG_NAME.match(str(pkg.get("checkout") or pkg.get("sdist"))):
+                raise ValueError(f"{where}.package: name and checkout/sdist must be plain names")
+            env = pkg.get("env", {})
+            if not isinstance(env, dict) or not all(_ENV_NAME.match(str(k)) and _ENV_VALUE.match(str(v))
+                                                    for k, v in env.items()):
+                raise ValueError(f"{where}.package.env must map variable names (A-Z, 0-9, _) to plain values")
+            if "declares" in pkg and not isinstance(pkg["declares"], bool):
+                raise ValueError(f"{where}.package.declares must be true or false")
+    return value
+
+
+_PKG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+_ENV_VALUE = re.compile(r"^[A-Za-z0-9._+:/=-]*$")
+
+
+def _sdists(value, name):
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} must map sdist names to {{version, sha256, url}}")
+    for key, spec in value.items():
+        if not _PKG_NAME.match(str(key)) or not isinstance(spec, dict):
+            raise ValueError(f"{name}.{key}: a plain package name mapping to version, sha256 and url")
+        _ver(spec.get("version"), f"{name}.{key}.version")
+        if not re.fullmatch(r"[0-9a-f]{64}", str(spec.get("sha256"))):
+            raise ValueError(f"{name}.{key}.sha256 must be 64 hex digits")
+        if not str(spec.get("url", "")).startswith("https://"):
+            raise ValueError(f"{name}.{key}.url must be an https URL")
+    return value
+
+
+_STEP_KEYS = frozenset({"name", "title", "source", "requirements", "file", "no_deps", "package", "notes"})
+
+
 ARCH_PY = _arch_map(_pyrange)
 ARCH_PIN = _arch_map(_pin)
 
 STR, TEXT, VER, SPECS, PY, BOOL, INT = _str, _text, _ver, _specs, _pyrange, _bool, _int
 SOURCE, MAP, STR_MAP = _source, _mapping, _str_map
+COMMIT, COMMITS, STEPS, SDISTS = _commit, _commits, _env_steps, _sdists
 records = _records
 opt = _optional
 list_of = _list

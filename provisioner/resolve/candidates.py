@@ -238,10 +238,26 @@ def bundles_for(ctx: Context, cand: Candidate) -> list[dict]:
             "mindspeed_llm": b["mindspeed_llm_ref"],
             "mindspeed_rl": b.get("mindspeed_rl_ref"),
         }
-        if any(str(refs.get(k)) != str(v) for k, v in pins.items()):
+        commits = b.get("commits") or {}
+        if any(not _pin_matches(str(v), refs.get(k), commits.get(k)) for k, v in pins.items()):
             continue
         out.append(b)
     return out
+
+
+def _pin_matches(pin: str, ref, commit) -> bool:
+    """A --pin names a checkout by its label (branch/tag) or by its commit (7 or more hex digits)."""
+    if ref is not None and pin == str(ref):
+        return True
+    return bool(commit) and len(pin) >= 7 and str(commit).startswith(pin.lower())
+
+
+def mindformers_rows(ctx: Context, cand: Candidate) -> list[dict]:
+    """MindSpore Transformers releases paired with the candidate's MindSpore."""
+    if not cand.get("mindspore") or "mindformers" not in ctx.m.data:
+        return []
+    return [r for r in ctx.m.rows("mindformers") if same(r["mindspore"], cand["mindspore"])
+            and (not r.get("python") or cand["python"] in py_range(r["python"]))]
 
 
 def apex_row(ctx: Context) -> dict:
@@ -285,6 +301,9 @@ def build_constraints(ctx: Context) -> list[Constraint]:
         elif extra == "mindspeed-llm":
             label = "--with mindspeed-llm" + (" (pinned refs)" if req.pins else "")
             out.append(Constraint("mindspeed-llm", label, lambda c: bool(bundles_for(ctx, c)), "torch"))
+        elif extra == "mindformers":
+            out.append(Constraint("mindformers", "--with mindformers", lambda c: bool(mindformers_rows(ctx, c)),
+                                  "mindspore"))
         elif extra == "deepspeed":
             out.append(Constraint("deepspeed", "--with deepspeed", _fits_extra(extra_row(ctx, "deepspeed") or {}),
                                   "python"))

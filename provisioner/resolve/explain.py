@@ -100,6 +100,9 @@ def _alone_reason(ctx: Context, con: Constraint) -> str:
     if con.name == "apex":
         apex = apex_row(ctx)
         return f"Ascend Apex needs Python {apex['python']} ({apex.get('python_note', '')}), and no stack for chip {chip} offers it"
+    if con.name == "mindformers":
+        pairs = ", ".join(f"{r['version']} with MindSpore {r['mindspore']}" for r in m.rows("mindformers"))
+        return f"no MindSpore Transformers release in the matrix pairs with a MindSpore stack for chip {chip} ({pairs})"
     if con.name == "mindspeed-llm":
         fams = sorted({f for b in m.rows("llm_bundles") for f in b.get("families", [])})
         if fams and fam["id"] not in fams:

@@ -6,8 +6,9 @@ from provisioner.arch import machine as machine_arch
 from provisioner.arch import normalize as normalize_arch
 from provisioner.errors import ProvisionError
 
-EXTRAS = ("apex", "mindspeed-llm", "deepspeed")
-EXTRA_ALIASES = {"mindspeed": "mindspeed-llm", "mindspeed-rl": "mindspeed-llm", "megatron": "mindspeed-llm"}
+EXTRAS = ("apex", "mindspeed-llm", "deepspeed", "mindformers")
+EXTRA_ALIASES = {"mindspeed": "mindspeed-llm", "mindspeed-rl": "mindspeed-llm", "megatron": "mindspeed-llm",
+                 "mindspore-transformers": "mindformers"}
 
 
 class Request:
@@ -130,6 +131,8 @@ def build(matrix, profile: str | None = None, **options) -> Request:
         bad += [f"--with {e}" for e in req.extras if e in ("apex", "mindspeed-llm", "deepspeed")]
         if bad:
             raise ProvisionError(f"{', '.join(bad)} do not apply to --framework mindspore")
-    if req.mindspore and req.framework is None:
+    if "mindformers" in req.extras and req.framework == "pytorch":
+        raise ProvisionError("--with mindformers (MindSpore Transformers) needs --framework mindspore")
+    if (req.mindspore or "mindformers" in req.extras) and req.framework is None:
         req = req.replace(framework="mindspore")
     return req

@@ -110,6 +110,11 @@ def resolve(matrix: Matrix, req: Request) -> Stack:
                 break
     alt_stacks = []
     for dropped, actx, acand in alternatives[:MAX_ALTERNATIVES]:
+        # An alternative that drops `--with X` is a stack without X (its candidate was chosen without it).
+        gone = {flag.split(" ", 1)[1] for flag in dropped if flag.startswith("--with ")}
+        if gone:
+            actx = Context(actx.m, actx.req.replace(extras=tuple(e for e in actx.req.extras if e not in gone)),
+                           actx.card, actx.family)
         stack = make_stack(actx, acand, via_alias=None)
         stack["relaxed"] = dropped
         alt_stacks.append(stack)

@@ -11,7 +11,7 @@ import hashlib
 import json
 
 from provisioner.matrix.versions import parse, py_range
-from provisioner.resolve.candidates import Context, bundles_for, penalties
+from provisioner.resolve.candidates import Context, bundles_for, mindformers_rows, penalties
 from provisioner.resolve.driverfit import driver_fit, hdk_row, hdk_summary
 
 TYPE_CHECKING = False
@@ -46,7 +46,7 @@ def _choice_reason(chosen: str, requested: str | None, alternatives: list[str], 
     return f"{chosen}: {default_reason} (also possible: {', '.join(others)})"
 
 
-def _dtype(ctx: Context) -> tuple[dict, str | None]:
+def _dtype(ctx: Context, framework: str) -> tuple[dict, str | None]:
     fam, req = ctx.family, ctx.req
     note = None
     if req.dtype == "fp32":
@@ -61,7 +61,9 @@ def _dtype(ctx: Context) -> tuple[dict, str | None]:
             reason = f"fp16{' with dynamic loss scaling' if scaling else ''}: {fam.get('bf16_note') or 'no bf16 on this chip'}"
     else:
         compute, scaling = "bf16", None
-        reason = f"bf16: {fam['name']} supports bf16 (torch_npu reports it from Ascend910B1 on); no loss scaling needed"
+        # torch_npu's own check (IsBF16Supported) is the evidence only for PyTorch stacks.
+        why = "per matrices/chips.yaml" if framework == "mindspore" else "torch_npu reports it from Ascend910B1 on"
+        reason = f"bf16: {fam['name']} supports bf16 ({why}); no loss scaling needed"
     return {"compute": compute, "loss_scaling": scaling, "reason": reason}, note
 
 
@@ -165,7 +167,11 @@ def make_stack(ctx: Context, cand: Candidate, via_alias: str | None) -> Stack:
                 "megatron": bundle["megatron_ref"],
                 "mindspeed_llm": bundle["mindspeed_llm_ref"],
                 "mindspeed_rl": bundle.get("mindspeed_rl_ref"),
+                # What the image checks out: the refs above are labels, these are the sources.
+                "commits": dict(bundle["commits"]),
             }
+            if bundle.get("vllm_ascend_ref"):
+                extras["mindspeed_llm"]["vllm_ascend"] = bundle["vllm_ascend_ref"]
             explain["mindspeed_llm"] = (f"{bundle['id']}: MindSpeed {bundle['mindspeed_ref']}, Megatron-LM"
                                         f" {bundle['megatron_ref']}, MindSpeed-LLM {bundle['mindspeed_llm_ref']}"
                                         f" (released for torch {', '.join(bundle['torch'])}, Python {bundle['python']})")
@@ -177,6 +183,13 @@ def make_stack(ctx: Context, cand: Candidate, via_alias: str | None) -> Stack:
                                 + f"pairs with CANN {ms['cann']}" + ("" if ms["on_pypi"] else "; not on PyPI"))
         sources["mindspore"] = _refs(m, ms.get("source"))
         cann_reason = f"MindSpore {ms['version']} pairs with it"
+        if "mindformers" in req.extras:
+            mf = mindformers_rows(ctx, cand)[-1]
+            extras["mindformers"] = {"set": f"mindformers-{mf['version']}", "version": mf["version"],
+                                     "ref": mf["ref"], "commits": {"mindformers": mf["commit"]}}
+            explain["mindformers"] = (f"MindSpore Transformers {mf['version']} ({mf['ref']}, {mf['commit'][:8]}):"
+                                      f" the release paired with MindSpore {ms['version']}")
+            sources["mindformers"] = _refs(m, mf.get("source"))
 
     explain["cann"] = f"{cand['cann']}: " + ("as requested; " if req.cann else "") + cann_reason
     sources["cann"] = _refs(m, cann_row.get("source"))
@@ -222,9 +235,11 @@ def make_stack(ctx: Context, cand: Candidate, via_alias: str | None) -> Stack:
         driver["fit"] = fit
         explain["driver"] += f"; driver {req.driver}: {fit}"
 
-    dtype, dtype_note = _dtype(ctx)
+    dtype, dtype_note = _dtype(ctx, cand["framework"])
     explain["dtype"] = dtype["reason"]
-    sources["dtype"] = _refs(m, fam.get("source"))
+    # NPUVARS is torch_npu's source: it says nothing about a MindSpore stack.
+    sources["dtype"] = _refs(m, [s for s in (fam.get("source") or [])
+                                 if cand["framework"] != "mindspore" or s != "NPUVARS"])
     if dtype_note:
         notes.append(dtype_note)
     if cann_row.get("notes") and "disagree" in cann_row["notes"]:

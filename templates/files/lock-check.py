@@ -1,10 +1,12 @@
 """Check a virtual environment against the image's requirements.lock (runs in a builder stage).
 
-    python lock-check.py requirements.lock [--allow NAME ...] [--strict]
+    python lock-check.py requirements.lock [--allow NAME ...] [--accept PKG:REQ ...] [--strict]
 
 Fails (exit 1) when a locked package is missing or at another version, or when a
 package in the venv lacks one of its requirements (what `pip check` reports, for
-the venv's packages). Lists packages in the venv that the lock does not name
+the venv's packages) - except the unmet requirements named with --accept
+(`PKG:REQUIREMENT`, as matrices/frameworks.yaml records the conflicts upstream's
+own install order leaves), which are listed as accepted. Lists packages in the venv that the lock does not name
 (allowed ones aside): an error with --strict, otherwise a warning written to
 <venv>/share/provision/unlocked.txt. Packages of the base image that the venv now
 shadows with versions they do not accept are warnings: the venv wins for code
@@ -69,10 +71,10 @@ def unmet(dist, view):
         have = view.get(norm(req.name))
         if have is None:
             problems.append((norm(req.name), f"{dist.metadata['Name']} {dist.version} requires {req},"
-                                              " which is not installed"))
+                                              " which is not installed", req))
         elif req.specifier and not req.specifier.contains(have.version, prereleases=True):
             problems.append((norm(req.name), f"{dist.metadata['Name']} {dist.version} requires {req},"
-                                              f" but {have.version} is installed"))
+                                              f" but {have.version} is installed", req))
     return problems
 
 
@@ -81,6 +83,8 @@ def main():
     parser.add_argument("lock")
     parser.add_argument("--allow", action="append", default=[], help="a package that rightly is not in the lock")
     parser.add_argument("--strict", action="store_true", help="packages missing from the lock are errors")
+    parser.add_argument("--accept", action="append", default=[],
+                        help="PKG:REQUIREMENT: an unmet requirement upstream's install order leaves (accepted)")
     args = parser.parse_args()
 
     venv_paths = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
@@ -97,14 +101,27 @@ def main():
             errors.append(f"{name}=={version} is in the lock but not installed")
         elif not same(dist.version, version):
             errors.append(f"{name} is {dist.version}, the lock says {version}")
+    accepted = {}
+    for item in args.accept:
+        pkg, _, text = item.partition(":")
+        accepted[(norm(pkg), str(Requirement(text)))] = False
     for name, dist in sorted(venv.items()):
-        errors += [message for _, message in unmet(dist, view)]
+        for needed, message, req in unmet(dist, view):
+            key = (name, str(req))
+            if key in accepted:
+                accepted[key] = True
+                warnings.append(f"accepted upstream conflict: {message}")
+            else:
+                errors.append(message)
+    for (pkg, text), seen in sorted(accepted.items()):
+        if not seen:
+            warnings.append(f"the accepted conflict {pkg}: {text} did not occur")
     unlocked = sorted(f"{dist.metadata['Name']}=={dist.version}" for name, dist in venv.items()
                       if name not in locked and name not in allowed)
     (errors if args.strict else warnings).extend(f"{u} is installed but not in the lock" for u in unlocked)
     for name, dist in sorted(system.items()):
         if name not in venv:
-            warnings += [f"base image package {message} (from the venv)" for needed, message in unmet(dist, view)
+            warnings += [f"base image package {message} (from the venv)" for needed, message, _ in unmet(dist, view)
                          if needed in venv]
     if not args.strict:
         out = Path(sys.prefix, "share", "provision", "unlocked.txt")

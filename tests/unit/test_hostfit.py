@@ -349,3 +349,12 @@ def test_paths_of_another_hosts_files_are_told_as_the_hosts_own():
     assert hostfit._host_paths(there, None) is None
     here = {"root": "/", "live": True}
     assert hostfit._host_paths(here, "cannot read /etc/passwd") == "cannot read /etc/passwd"
+
+
+def test_render_text_on_a_host_without_a_driver(tmp_path, capsys):
+    """No driver limits nothing: the one line on stderr says so, and the text report has no host line."""
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    code, text, err = run(capsys, "render", "--root", str(bare), "--card", "800T-A2", "-o", str(tmp_path / "ctx"))
+    assert code == 0 and err.count("\n") == 1 and "no Ascend driver found" in err
+    assert text.startswith(f"{tmp_path / 'ctx'}: build context for ") and "  host " not in text

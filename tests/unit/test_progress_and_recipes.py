@@ -61,7 +61,12 @@ def test_recipes_load_and_choose():
     stack = {"framework": "pytorch", "extras": {}, "apex": None}
     assert recipes.choose(stack).name == "pytorch"
     assert recipes.choose({**stack, "extras": {"mindspeed_llm": {"set": "x"}}}).name == "mindspeed-llm"
-    assert recipes.choose({"framework": "mindspore", "extras": {}, "apex": None}).name == "mindspore"
+    ms = {"framework": "mindspore", "extras": {"mindformers": {"set": "mindformers-x"}}, "apex": None}
+    assert recipes.choose(ms).name == "mindspore"
+    # The MindSpore image carries MindSpore Transformers: a stack without it says how to get one.
+    with pytest.raises(ProvisionError, match="recipe 'mindspore' needs a stack resolved --with mindformers"):
+        recipes.choose({**ms, "extras": {}})
+    assert recipes.request_options("mindspore", {})["extras"] == ("mindformers",)
     with pytest.raises(ProvisionError, match="needs a stack resolved --with mindspeed-llm"):
         recipes.choose(stack, "mindspeed-llm")
     with pytest.raises(ProvisionError, match="builds mindspore images, but the stack is pytorch"):

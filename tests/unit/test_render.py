@@ -34,6 +34,11 @@ CASES = {
     "800T-A2-mindspeed-llm-aarch64": ["--card", "800T-A2", "--recipe", "mindspeed-llm", "--arch", "aarch64"],
     "800T-A2-mindspore-x86_64": ["--card", "800T-A2", "--recipe", "mindspore", "--arch", "x86_64"],
     "profile-mindspeed-rl-2.0.0-grpo": ["--profile", "mindspeed-rl-2.0.0-grpo", "--arch", "aarch64"],
+    "profile-mindspeed-rl-2.0.0-grpo-x86_64": ["--profile", "mindspeed-rl-2.0.0-grpo", "--arch", "x86_64"],
+    "800T-A2-mindspeed-llm-2.3.0-x86_64": ["--card", "800T-A2", "--recipe", "mindspeed-llm", "--cann", "8.5.0",
+                                           "--arch", "x86_64"],
+    "800T-A2-mindspeed-llm-2.0.0-aarch64": ["--card", "800T-A2", "--recipe", "mindspeed-llm", "--cann", "8.1.RC1",
+                                            "--torch", "2.1.0", "--arch", "aarch64"],
     "profile-mindspore-2.7.1-a2": ["--profile", "mindspore-2.7.1-a2", "--arch", "x86_64"],
     "profile-a2-torch2.1-lora-deepspeed": ["--profile", "a2-torch2.1-lora-deepspeed", "--arch", "x86_64"],
     # What the image tests build: the overlay's torch 2.13 pairing on the local Debian base.
@@ -283,7 +288,7 @@ def test_rendered_tree_matches_written_files(rendered, tmp_path):
     """write() and the in-memory context agree (what `provision build` sends is what `render` writes)."""
     from provisioner.image import render
 
-    src = rendered["800T-A2-mindspore-x86_64"]
+    src = rendered["300T-A2-x86_64"]
     files = {str(p.relative_to(src)) for p in src.rglob("*") if p.is_file()}
     assert {"Dockerfile", "requirements.lock", "stack.json", "requirements/framework.txt",
             "requirements/packages.txt", "files/lock-check.py", "build/pip.conf"} <= files

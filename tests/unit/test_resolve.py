@@ -219,3 +219,21 @@ def test_overlay_makes_the_0day_torch_resolvable(m, tmp_path):
 def test_driver_patch_build_fits_its_release(m):
     s = stack(m, card="800T-A2", driver="25.0.rc1.1", cann="8.2.RC1")
     assert s["driver"]["fit"] == "ok"
+
+
+def test_mindspeed_on_first_generation_910_is_refused_not_a_crash(m):
+    # The nearest stacks drop --with mindspeed-llm: they are made without it, not from an empty set list.
+    err = refused(m, card="800-9000", extras=["mindspeed-llm"])
+    assert "MindSpeed-LLM does not support Ascend 910 (first generation)" in str(err)
+    assert err.alternatives, "a stack without --with mindspeed-llm is offered"
+    for alt in err.alternatives:
+        assert alt["relaxed"] == ["--with mindspeed-llm"]
+        assert "mindspeed_llm" not in alt["extras"] and "mindspeed-llm" not in alt["request"].get("extras", [])
+
+
+def test_mindspore_dtype_line_does_not_cite_torch_npu(m):
+    s = stack(m, card="800T-A2", framework="mindspore")
+    assert "torch_npu" not in s["explain"]["dtype"]
+    assert not any("Ascend/pytorch" in ref for ref in s["sources"]["dtype"])
+    torch = stack(m, card="800T-A2")
+    assert "torch_npu reports it" in torch["explain"]["dtype"]
