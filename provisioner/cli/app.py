@@ -12,7 +12,17 @@ from provisioner.errors import ProvisionError
 from provisioner.text import one_line
 
 
+def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        from provisioner.cli.text import version_line
+
+        click.echo(version_line())
+        ctx.exit()
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("-V", "--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Print the version of provision and exit.")
 def cli() -> None:
     """Consistent Ascend NPU stacks: resolve versions, build images, run and audit hosts."""
 

@@ -2,12 +2,14 @@
 
     base.py    the Engine / Container interface the rest of the package uses
     types.py   typed results: ImageInfo, ContainerInfo, EngineInfo, BuildEvent (read from the engine's JSON)
-    errors.py  EngineError, EngineUnavailable, ImageNotFound, ContainerNotFound, BuildFailed; `short`
+    errors.py  EngineError, EngineUnavailable, ImageNotFound, PullFailed, RegistryUnreachable, ContainerNotFound,
+               BuildFailed; `short`
     docker.py  the Docker engine over docker-py (the only importer of the SDK, lazily)
     fake.py    an in-memory engine with real-shaped payloads, for unit tests, the demo and benchmarks
 
 `connect` gives the engine at DOCKER_HOST (or the default socket); functions that talk to an engine take
-one as an argument, so a caller can hand them the fake.
+one as an argument, so a caller can hand them the fake. `connect_early` starts that connection in the
+background for a command that will need it first thing (`provision launch`).
 """
 
 from __future__ import annotations
@@ -17,8 +19,49 @@ if TYPE_CHECKING:
     from provisioner.engine.base import Engine
 
 
-def connect(timeout: float = 30.0, ping: bool = True) -> Engine:
-    """The Docker engine that answers at DOCKER_HOST (or the default socket), or EngineUnavailable."""
+DEFAULT_TIMEOUT = 30.0
+_early: dict = {}  # the attempt connect_early() started: "key", "thread", "result" (its own dict)
+
+
+def connect(timeout: float = DEFAULT_TIMEOUT, ping: bool = True) -> Engine:
+    """The Docker engine that answers at DOCKER_HOST (or the default socket), or EngineUnavailable.
+
+    The first call after connect_early() with the same timeout and DOCKER_HOST takes that connection (waiting
+    for it if needed); any other call drops it.
+    """
+    import os
+
+    early = dict(_early)
+    _early.clear()
+    if early and early["key"] == (timeout, os.environ.get("DOCKER_HOST")):
+        early["thread"].join()
+        result = early["result"]
+        if "error" in result:
+            raise result["error"]
+        return result["engine"]
     from provisioner.engine import docker
 
     return docker.connect(timeout, ping)
+
+
+def connect_early(timeout: float = DEFAULT_TIMEOUT) -> None:
+    """Start connecting in the background: importing docker-py (the largest import of a command that talks to
+    the engine) and the first round trip then overlap the command's own start-up (click, the matrix, planning).
+    The next connect() with the same timeout takes the connection; nothing else changes."""
+    import os
+    import threading
+
+    result: dict = {}  # this attempt's own: a dropped attempt that ends late writes only here
+
+    def work() -> None:
+        try:
+            from provisioner.engine import docker
+
+            result["engine"] = docker.connect(timeout, True)
+        except BaseException as exc:  # noqa: BLE001 - handed to connect(), which raises it in the caller
+            result["error"] = exc
+
+    thread = threading.Thread(target=work, name="engine-connect", daemon=True)
+    _early.clear()
+    _early.update(key=(timeout, os.environ.get("DOCKER_HOST")), thread=thread, result=result)
+    thread.start()

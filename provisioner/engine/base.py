@@ -65,9 +65,14 @@ class Engine(ABC):
         """The local image `ref`; ImageNotFound when the engine does not have it."""
 
     @abstractmethod
+    def images(self, repository: str) -> list[ImageInfo]:
+        """The local images of `repository` (every tag), inspected; `ref` of each is its first tag there."""
+
+    @abstractmethod
     def pull(self, ref: str, *, platform: str | None = None) -> None:
-        """Pull `ref` (for `platform`, e.g. linux/arm64, where given); ImageNotFound when no registry reachable
-        from the engine has it."""
+        """Pull `ref` (for `platform`, e.g. linux/arm64, where given): ImageNotFound when its registry answers
+        that it has no such image, RegistryUnreachable when the registry does not answer (name, connection,
+        TLS), PullFailed for any other refusal."""
 
     @abstractmethod
     def build(self, context: IO[bytes], tag: str, *, nocache: bool = False,

@@ -29,7 +29,34 @@ class EngineUnavailable(EngineError):
 
 
 class ImageNotFound(EngineError):
-    """The image is not in the engine (or a registry does not have it)."""
+    """The image is not in the engine (or a registry answered that it does not have it)."""
+
+
+class PullFailed(EngineError):
+    """The engine could not pull `ref` from its registry (the registry answered with an error).
+
+    `registry` is the host the reference names (docker.io when it names none), `reason` the engine's cause.
+    """
+
+    def __init__(self, ref: str, reason: str):
+        super().__init__(f"pull {ref}: {reason}")
+        self.ref = ref
+        self.registry = registry_of(ref)
+        self.reason = reason
+
+
+class RegistryUnreachable(PullFailed):
+    """The registry did not answer at all: its name does not resolve, the connection is refused or times out,
+    TLS fails. Another registry, a mirror or a saved image is the way forward, not another tag."""
+
+
+def registry_of(ref: str) -> str:
+    """The registry host of an image reference, as the engine reads it (docker.io when the first part of the
+    path is not a host: no dot, no port, not localhost)."""
+    first, sep, _ = ref.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return "docker.io"
 
 
 class ContainerNotFound(EngineError):

@@ -24,7 +24,14 @@ from collections.abc import Callable, Iterator
 from typing import IO
 
 from provisioner.engine.base import Container, Engine
-from provisioner.engine.errors import ContainerNotFound, EngineError, EngineUnavailable, ImageNotFound
+from provisioner.engine.errors import (
+    ContainerNotFound,
+    EngineError,
+    EngineUnavailable,
+    ImageNotFound,
+    RegistryUnreachable,
+    registry_of,
+)
 from provisioner.engine.types import BuildEvent, ContainerInfo, EngineInfo, ImageInfo, env_dict
 
 _ids = itertools.count(1)
@@ -187,6 +194,7 @@ class FakeEngine(Engine):
         self._containers: dict[str, FakeContainer] = {}
         self.programs: dict[str, Program] = {}  # image reference -> what its containers run
         self.pullable: dict[str, dict] = {}  # reference -> labels a pull would bring
+        self.unreachable_registries: set[str] = set()  # registry hosts whose names do not resolve
         self.build_failures: dict[str, list[str]] = {}  # instruction substring -> its log before failing
         self.builds: list[dict] = []  # each build's tag and options (nocache, network, platform)
         self.unavailable: str | None = None  # set: every call raises EngineUnavailable with this reason
@@ -203,7 +211,9 @@ class FakeEngine(Engine):
         """An image as `docker image inspect` shows it (and what its containers run); `arch` is the engine's
         name for its architecture (amd64, arm64), recorded where given."""
         image_id = f"sha256:{_digest(ref)}"
-        payload = {"Id": image_id, "RepoTags": [ref],
+        from datetime import datetime, timezone
+
+        payload = {"Id": image_id, "RepoTags": [ref], "Created": datetime.now(timezone.utc).isoformat(),
                    "Config": {"Labels": dict(labels or {}), "Env": [f"{k}={v}" for k, v in (env or {}).items()]}}
         if arch:
             payload["Architecture"] = arch
@@ -225,9 +235,23 @@ class FakeEngine(Engine):
             raise ImageNotFound(f"image {ref}: No such image: {ref}")
         return ImageInfo.from_inspect(ref, payload)
 
+    def images(self, repository: str) -> list[ImageInfo]:
+        self._check()
+        self.calls.append(f"images {repository}")
+        seen: dict[str, ImageInfo] = {}
+        for ref, payload in self._images.items():
+            if ref.rsplit(":", 1)[0] == repository and payload["Id"] not in seen:
+                seen[payload["Id"]] = ImageInfo.from_inspect(ref, payload)
+        return list(seen.values())
+
     def pull(self, ref: str, *, platform: str | None = None) -> None:
         self._check()
         self.calls.append(f"pull {ref}")
+        registry = registry_of(ref)
+        if registry in self.unreachable_registries:  # the daemon's words for a name that does not resolve
+            host = "registry-1.docker.io" if registry == "docker.io" else registry
+            raise RegistryUnreachable(ref, f'Get "https://{host}/v2/": dial tcp: lookup {host} on 127.0.0.53:53:'
+                                           " no such host")
         if ref not in self.pullable:
             raise ImageNotFound(f"pull {ref}: pull access denied for {ref.rsplit(':', 1)[0]}, repository does not"
                                 " exist or may require 'docker login'")

@@ -23,8 +23,9 @@ def env_dict(items: list[str] | None) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class ImageInfo:
-    """A local image: the reference asked for, its id, labels, environment, tags, size in bytes and the
-    architecture the engine records for it (amd64, arm64, ...; None when it records none)."""
+    """A local image: the reference asked for, its id, labels, environment, tags, size in bytes, the
+    architecture the engine records for it (amd64, arm64, ...; None when it records none) and when it was
+    created (the engine's RFC 3339 time, which sorts as text)."""
 
     ref: str
     id: str
@@ -33,13 +34,14 @@ class ImageInfo:
     tags: tuple[str, ...] = ()
     size: int | None = None
     arch: str | None = None
+    created: str = ""
 
     @classmethod
     def from_inspect(cls, ref: str, payload: dict) -> ImageInfo:
         cfg = payload.get("Config") or {}
         return cls(ref=ref, id=payload.get("Id") or "", labels=dict(cfg.get("Labels") or {}),
                    env=env_dict(cfg.get("Env")), tags=tuple(payload.get("RepoTags") or ()), size=payload.get("Size"),
-                   arch=payload.get("Architecture") or None)
+                   arch=payload.get("Architecture") or None, created=str(payload.get("Created") or ""))
 
 
 @dataclass(frozen=True)

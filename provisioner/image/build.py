@@ -16,7 +16,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from provisioner.engine.errors import BuildFailed, EngineError, EngineUnavailable, ImageNotFound, short
+from provisioner.engine.errors import (
+    BuildFailed,
+    EngineError,
+    EngineUnavailable,
+    ImageNotFound,
+    PullFailed,
+    RegistryUnreachable,
+    registry_of,
+    short,
+)
 from provisioner.errors import ProvisionError
 
 TYPE_CHECKING = False
@@ -140,10 +149,14 @@ def system_ca_bundle() -> str | None:
     return None
 
 
-def ensure_base(engine: Engine, ref: str, pull: bool, arch: str | None = None) -> bool:
+def ensure_base(engine: Engine, ref: str, pull: bool, arch: str | None = None,
+                base_image: dict | None = None) -> bool:
     """The base image must be local or pullable, and of the stack's architecture `arch` (x86_64, aarch64) where the
     engine records one: the classic builder builds on a local base of another architecture without a word, and the
-    image would carry the stack's arch label over the base's binaries. Returns True when it was pulled."""
+    image would carry the stack's arch label over the base's binaries. Returns True when it was pulled.
+
+    `base_image` is the stack's (its official mirrors); a failed pull names the ways forward.
+    """
     from provisioner import arch as arches
 
     platform = arches.platform(arch)
@@ -155,13 +168,22 @@ def ensure_base(engine: Engine, ref: str, pull: bool, arch: str | None = None) -
     except EngineError as exc:
         raise ProvisionError(f"base image {ref}: {short(exc)}") from None
     if not pull:
-        raise ProvisionError(f"base image {ref} does not exist locally (and --no-pull was given)")
+        raise ProvisionError(f"base image {ref} does not exist locally (and --no-pull was given);"
+                             f" {ways_forward(ref, base_image)}")
     try:
         engine.pull(ref, platform=platform)
+    except RegistryUnreachable as exc:
+        why = f"its registry {exc.registry} cannot be reached ({_cause(exc.reason)})"
+    except PullFailed as exc:
+        why = f"{exc.registry} refused the pull ({_cause(exc.reason)})"
+    except ImageNotFound as exc:
+        why = f"{registry_of(ref)} does not have it ({_cause(str(exc).removeprefix(f'pull {ref}: '))})"
     except EngineError as exc:
-        raise ProvisionError(f"base image {ref} does not exist locally and cannot be pulled ({short(exc, 200)})") from None
-    _same_arch(engine.image(ref), arch, platform)
-    return True
+        why = f"it cannot be pulled ({short(exc, 200)})"
+    else:
+        _same_arch(engine.image(ref), arch, platform)
+        return True
+    raise ProvisionError(f"base image {ref} is not in the local engine and {why}; {ways_forward(ref, base_image)}")
 
 
 def _same_arch(image, arch: str | None, platform: str | None) -> None:
@@ -172,6 +194,36 @@ def _same_arch(image, arch: str | None, platform: str | None) -> None:
         raise ProvisionError(f"base image {image.ref} is {have} ({image.arch}), but the stack is for {arch}: use a"
                              f" {platform} base image (pull that variant, or name one with --base-image), or resolve"
                              f" for {have} (--arch {have})")
+
+
+def _cause(reason: str) -> str:
+    """The engine's reason without the URL it tried (`Get "https://host/v2/": `): the registry is named already."""
+    head, sep, tail = reason.partition('": ')
+    return short(tail if sep and head.startswith(("Get ", "Head ")) else reason, 160)
+
+
+def ways_forward(ref: str, base_image: dict | None) -> str:
+    """What a person can do when the base image cannot be pulled: the same image from another registry the
+    matrix knows (--registry ID), a site mirror (--base-image), or a saved copy (docker load)."""
+    options = []
+    for mirror in (base_image or {}).get("mirrors") or ():
+        reg = _registry_id(mirror)
+        options.append(f"--registry {reg} ({mirror})" if reg else f"--base-image {mirror}")
+    options.append("--base-image REF of a site mirror of it")
+    options.append(f"`docker load -i FILE` of it saved with `docker save {ref}` on a machine that can pull it")
+    return "ways forward: " + ", ".join(options[:-1]) + ", or " + options[-1]
+
+
+def _registry_id(image_ref: str) -> str | None:
+    """The id of the shipped registry whose image `image_ref` is (--registry takes it)."""
+    from provisioner.matrix import loader
+
+    try:
+        regs = loader.load().registries()
+    except ProvisionError:
+        return None
+    repo = image_ref.rsplit(":", 1)[0]
+    return next((r["id"] for r in regs if r["image"] == repo), None)
 
 
 def build(ctx, opts: BuildOptions, out=None, live: bool | None = None, verbose: bool = False,
@@ -198,8 +250,8 @@ def _build(eng: Engine, ctx, opts: BuildOptions, out, live: bool, verbose: bool)
     from provisioner.image.progress import Progress
 
     base = ctx.manifest["base_image"]
-    arch = (ctx.manifest.get("stack") or {}).get("arch")
-    pulled = ensure_base(eng, base, opts.pull, arch)
+    stack = ctx.manifest.get("stack") or {}
+    pulled = ensure_base(eng, base, opts.pull, stack.get("arch"), stack.get("base_image"))
     out.write(f"building {ctx.tag} (recipe {ctx.manifest['recipe']['name']}, base {base}"
               f"{', pulled' if pulled else ''})\n")
     out.flush()
@@ -214,7 +266,7 @@ def _build(eng: Engine, ctx, opts: BuildOptions, out, live: bool, verbose: bool)
         tar.seek(0)
         try:
             for event in eng.build(tar, tags[0], nocache=opts.no_cache, network=network,
-                                   platform=arches.platform(arch)):
+                                   platform=arches.platform(stack.get("arch"))):
                 progress.feed(event)
                 if event.kind == "error":
                     error = event.text

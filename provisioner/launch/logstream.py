@@ -1,4 +1,5 @@
-"""Turn a container's log byte chunks into whole lines: safe UTF-8 decoding, a tail for summaries.
+"""Turn a container's log byte chunks into whole lines: safe UTF-8 decoding, a tail for summaries, and the
+quieting of what an intended stop makes torchrun print.
 
 Docker hands out log frames, not lines: a frame can end inside a line or inside
 a multi-byte character. The decoder keeps the unfinished part for the next
@@ -17,6 +18,13 @@ from provisioner.launch.torchrun import RANK_LINE
 # A Python exception line as a worker prints it (after the rank prefix, if any).
 # `python -m missing.module` says only this (no exception line).
 _NO_MODULE = re.compile(r"^(?:\[rank(\d+)\]:)?\S*: (No module named .*)$")
+# torchrun's own notices when it is stopped ("W1202 23:39:33.777000 7 torch/.../api.py:753] Received 15 death
+# signal, shutting down workers", "... Sending process 11 closing signal SIGTERM").
+_STOP_NOTICE = re.compile(r"^[IWE]\d{4} \S+ \d+ \S+\] (?:Received \d+ death signal|Sending process \d+ closing signal)")
+_TRACEBACK = "Traceback (most recent call last):"
+_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
+# The exceptions a stop raises: torchrun's on SIGTERM/SIGINT/SIGHUP, a worker's on SIGINT.
+_STOP_EXCEPTIONS = re.compile(r"^(?:[\w.]+\.)?(?:SignalException|KeyboardInterrupt)\b")
 _EXCEPTION = re.compile(r"^(?:\[rank(\d+)\]:)?\s*((?:[A-Za-z_][\w.]*)?(?:Error|Exception|Interrupt)(?::\s.*|:?\s*))$")
 
 
@@ -79,3 +87,45 @@ def first_error(lines: Iterable[str]) -> str | None:
 def strip_rank(line: str) -> tuple[int | None, str]:
     m = RANK_LINE.match(line)
     return (int(m[1]), line[m.end():]) if m else (None, line)
+
+
+class StopQuieter:
+    """Once a stop is intended (`active`), hold back what the stop itself makes the job print: torchrun's
+    "death signal" / "closing signal" notices and every traceback (per rank) that ends in the stop's own
+    exception (SignalException, KeyboardInterrupt). Any other line passes, and so does a traceback ending in
+    another exception (a checkpoint that failed to save while stopping is worth seeing). Before `active` every
+    line passes. The caller keeps the full log in its tail either way."""
+
+    def __init__(self) -> None:
+        self.active = False
+        self.dropped = 0
+        self._held: dict[int | None, list[str]] = {}  # rank -> an unfinished traceback
+
+    def feed(self, lines: list[str]) -> list[str]:
+        if not self.active and not self._held:
+            return lines
+        out: list[str] = []
+        for line in lines:
+            rank, text = strip_rank(line)
+            held = self._held.get(rank)
+            if held is not None:
+                held.append(line)
+                if text and not text[0].isspace() and not text.startswith((_TRACEBACK, *_CHAINED)):
+                    del self._held[rank]  # the exception line: the block is complete
+                    if _STOP_EXCEPTIONS.match(text):
+                        self.dropped += len(held)
+                    else:
+                        out += held
+            elif self.active and text.startswith(_TRACEBACK):
+                self._held[rank] = [line]
+            elif self.active and _STOP_NOTICE.match(text):
+                self.dropped += 1
+            else:
+                out.append(line)
+        return out
+
+    def close(self) -> list[str]:
+        """Tracebacks that never ended (the process was killed mid-way): shown, as nothing says what they were."""
+        out = [line for held in self._held.values() for line in held]
+        self._held.clear()
+        return out

@@ -9,7 +9,9 @@ trainer config) and an optional collective check (`provisioner.launch.collective
 each in its own container, run first and stop the launch when they fail. SIGINT, SIGTERM
 and SIGHUP during a run stop the container (Docker sends SIGTERM to its init,
 which passes it to torchrun, which stops its workers), then remove it; a second
-signal kills it at once. Every container carries the label
+signal kills it at once. An intended stop reads as one closing line: what the
+stop makes torchrun print (its SignalException traceback) is held back
+(logstream.StopQuieter) but kept in the summary's log tail. Every container carries the label
 `org.provision.launch=<run id>`, so leftovers can always be found. The engine is
 reached through provisioner.engine (any Engine: the Docker one, or the fake in
 unit tests); nothing here imports the Docker SDK.
@@ -47,6 +49,7 @@ ENGINE_TIMEOUT_S = 30
 FACTS_TIMEOUT_S = 5.0
 STOP_TIMEOUT_S = 20
 TAIL_LINES = 50
+ANNOUNCE_STOP_S = 1.0  # a stop that takes longer says so (and how to kill it now)
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -263,18 +266,23 @@ def run_container(engine: Engine, kw: dict, role: str, guard: SignalGuard, out: 
 
     worker_error: list[tuple[int | None, str]] = []  # the first error a worker printed, over the whole run
 
+    quiet = logstream.StopQuieter()  # after an intended stop, torchrun's signal traceback is not shown
+
+    def show(lines: list[str]) -> None:
+        if out is not None and lines:
+            try:
+                out.write("".join(line + "\n" for line in lines))
+                out.flush()
+            except (BrokenPipeError, ValueError):
+                pass  # the reader went away; keep consuming so the tail stays right
+
     def emit(lines: list[str]) -> None:
         for line in lines:
             if not worker_error and (found := logstream.error_in(line)) and found[0] is not None:
                 worker_error.append(found)
             if on_line:
                 on_line(line)
-            if out is not None:
-                try:
-                    out.write(line + "\n")
-                    out.flush()
-                except (BrokenPipeError, ValueError):
-                    pass  # the reader went away; keep consuming so the tail stays right
+        show(quiet.feed(lines))
         ranks.update(logstream.ranks_seen(lines))
 
     def stream(container: Container) -> None:
@@ -284,6 +292,7 @@ def run_container(engine: Engine, kw: dict, role: str, guard: SignalGuard, out: 
         except EngineError:  # the container was removed under us (signal path)
             pass
         emit(splitter.close())
+        show(quiet.close())
 
     def wait(container: Container) -> None:
         try:
@@ -304,6 +313,7 @@ def run_container(engine: Engine, kw: dict, role: str, guard: SignalGuard, out: 
                 guard.wake.wait(0.2)
                 guard.wake.clear()
         if guard.received and not waited:
+            quiet.active = True
             _stop(container, guard, err, stop_timeout, kw["name"])
         if streamer.ident is not None:
             streamer.join(timeout=10)
@@ -328,13 +338,19 @@ def run_container(engine: Engine, kw: dict, role: str, guard: SignalGuard, out: 
 
 
 def _stop(container: Container, guard: SignalGuard, err: TextIO | None, timeout: int, name: str) -> None:
-    """docker stop (SIGTERM to init -> torchrun -> workers, SIGKILL after `timeout`); a 2nd signal kills now."""
+    """docker stop (SIGTERM to init -> torchrun -> workers, SIGKILL after `timeout`); a 2nd signal kills now.
+
+    A stop that is over within ANNOUNCE_STOP_S says nothing here: the closing line tells it.
+    """
     seen = len(guard.received)
-    _say(err, f"{guard.name}: stopping {name} (up to {timeout} s; signal again to kill it now)")
     stopper = threading.Thread(target=lambda: _quiet(container.stop, timeout=timeout), daemon=True)
     stopper.start()
+    announce_at = time.monotonic() + ANNOUNCE_STOP_S
     while stopper.is_alive():
         stopper.join(0.2)
+        if announce_at and time.monotonic() >= announce_at and stopper.is_alive():
+            _say(err, f"{guard.name}: stopping {name} (up to {timeout} s; signal again to kill it now)")
+            announce_at = 0.0
         if len(guard.received) > seen:
             _say(err, f"{signal.Signals(guard.received[-1]).name} again: killing {name}")
             _quiet(container.kill)

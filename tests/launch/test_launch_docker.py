@@ -214,6 +214,7 @@ def test_signal_stops_and_removes_everything(launch_image, sim_host, probe_dir, 
             assert again.returncode == 2 and f"already mapped into running container '{name}'" in again.stderr
 
         sent = time.monotonic()
+        err_before = len(err.lines)
         proc.send_signal(signum)
         assert proc.wait(timeout=60) == code
         took = time.monotonic() - sent
@@ -221,7 +222,16 @@ def test_signal_stops_and_removes_everything(launch_image, sim_host, probe_dir, 
         if proc.poll() is None:
             proc.kill()
     assert took < 15, f"stopping took {took:.1f} s"
+    err.wait_for(lambda ls: any("interrupted by" in line for line in ls), timeout=10)  # the reader may lag
     assert f"interrupted by {signum.name}" in err.text and f"container {name} removed" in err.text
+    # An intended stop reads as one line: no traceback (torchrun's SignalException) and none of torchrun's
+    # shutdown notices reach the user; stderr gets the closing line (and a "stopping" notice only when the
+    # stop takes more than a second).
+    for text in (out.text, err.text):
+        assert "Traceback" not in text and "SignalException" not in text and "death signal" not in text, text
+    after = err.lines[err_before:]
+    assert after[-1].startswith(f"provision launch: interrupted by {signum.name} after "), after
+    assert len(after) <= 2 and all(line.startswith("provision launch: ") for line in after), after
     assert not launch_containers(docker_client, run_id)
     left = []
     for _ in range(20):  # the engine reaps the container's processes right after removal

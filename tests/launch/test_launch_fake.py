@@ -160,6 +160,56 @@ def test_sigterm_stops_and_removes_the_container(engine, sim_host, shipped):
     assert engine.containers(all=True) == []
 
 
+def test_an_intended_stop_reads_as_one_line(engine, sim_host, shipped):
+    """What torchrun prints because it was stopped stays out of the user's terminal; the rest shows."""
+    from pathlib import Path
+
+    sample = (Path(__file__).resolve().parents[1] / "fixtures" / "torchrun" / "stopped-by-sigterm.log").read_text()
+    ready = [line for line in sample.splitlines() if "ready" in line]
+    started = threading.Event()
+
+    def program(proc):
+        for line in ready:
+            proc.print(line)
+        started.set()
+        proc.wait_for_stop(30)
+        proc.print("[rank0]:checkpoint saved")
+        for line in sample.splitlines()[len(ready):]:
+            proc.print(line)
+        return 143
+
+    engine.programs[IMAGE] = program
+    threading.Thread(target=lambda: started.wait(10) and os.kill(os.getpid(), signal.SIGINT), daemon=True).start()
+    out, err = io.StringIO(), io.StringIO()
+    doc = launch.run(_job(engine, sim_host(), shipped, stop_timeout=5), engine, out=out, err=err)
+    assert doc["status"] == "interrupted" and launch.exit_code(doc) == 130
+    assert out.getvalue().splitlines() == [*ready, "[rank0]:checkpoint saved"]
+    assert [line for line in err.getvalue().splitlines() if "stopping" in line] == []  # a quick stop: no notice
+    assert launch.describe(doc) == [f"interrupted by SIGINT after {doc['duration_s']:.1f} s: container"
+                                    f" {doc['container']} removed; exit 130"]
+    assert doc["log_tail"][-1].endswith("SignalException: Process 7 got signal: 15")  # kept for the record
+
+
+def test_a_slow_stop_says_what_it_waits_for(engine, sim_host, shipped, monkeypatch):
+    import time
+
+    monkeypatch.setattr(launch, "ANNOUNCE_STOP_S", 0.2)
+    started = threading.Event()
+
+    def program(proc):
+        started.set()
+        proc.wait_for_stop(30)
+        time.sleep(1.0)  # a job that takes its time to shut down
+        return 143
+
+    engine.programs[IMAGE] = program
+    threading.Thread(target=lambda: started.wait(10) and os.kill(os.getpid(), signal.SIGTERM), daemon=True).start()
+    err = io.StringIO()
+    doc = launch.run(_job(engine, sim_host(), shipped, stop_timeout=5), engine, out=None, err=err)
+    assert doc["status"] == "interrupted"
+    assert f"SIGTERM: stopping {doc['container']} (up to 5 s; signal again to kill it now)" in err.getvalue()
+
+
 def test_an_engine_lost_mid_run_is_one_line(engine, sim_host, shipped):
     job = _job(engine, sim_host(), shipped)
     engine.unavailable = "Connection refused"

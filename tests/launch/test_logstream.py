@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from provisioner.launch import logstream
 
 
@@ -58,3 +60,36 @@ def test_first_error_names_the_rank():
 def test_strip_rank():
     assert logstream.strip_rank("[rank12]:{}") == (12, "{}")
     assert logstream.strip_rank("plain") == (None, "plain")
+
+
+STOPPED = (Path(__file__).resolve().parents[1] / "fixtures" / "torchrun" / "stopped-by-sigterm.log").read_text()
+
+
+def test_an_intended_stop_hides_torchruns_signal_traceback_and_nothing_else():
+    lines = STOPPED.splitlines()
+    ready = [line for line in lines if "ready" in line]
+    quiet = logstream.StopQuieter()
+    assert quiet.feed(ready) == ready  # before the stop every line passes
+    quiet.active = True
+    rest = lines[len(ready):]
+    shown = [out for i in range(0, len(rest), 3) for out in quiet.feed(rest[i:i + 3])]  # in pieces, as streamed
+    assert shown == [] and quiet.close() == [] and quiet.dropped == len(rest)
+
+
+def test_during_a_stop_other_errors_and_lines_still_show():
+    quiet = logstream.StopQuieter()
+    quiet.active = True
+    failed_save = ["[rank0]:saving checkpoint", "[rank0]:Traceback (most recent call last):",
+                   '[rank0]:  File "/w/train.py", line 9, in <module>', "[rank0]:    save()",
+                   "[rank1]:Traceback (most recent call last):",  # interleaved: rank 1 stopped by the signal
+                   "[rank0]:OSError: [Errno 28] No space left on device",
+                   "[rank1]:  File \"/w/train.py\", line 3, in <module>", "[rank1]:KeyboardInterrupt"]
+    assert quiet.feed(failed_save) == ["[rank0]:saving checkpoint", *failed_save[1:4], failed_save[5]]
+    # Each part of a chained traceback is judged by its own exception line: the stop's part is held back,
+    # an error raised while handling it shows.
+    chained = ["Traceback (most recent call last):", "  File \"x\", line 1", "KeyboardInterrupt", "",
+               "During handling of the above exception, another exception occurred:", "",
+               "Traceback (most recent call last):", "  File \"x\", line 2", "RuntimeError: flush failed"]
+    assert quiet.feed(chained) == chained[3:]
+    cut = ["Traceback (most recent call last):", "  File \"x\", line 1"]  # killed before its end
+    assert quiet.feed(cut) == [] and quiet.close() == cut

@@ -114,3 +114,150 @@ def test_fast_path_parses_like_click():
         "as_json": False, "overlays": ("a.yaml", "b.yaml"), "os_": "ubuntu22.04"}
     for doubtful in (["--card"], ["-h"], ["--nope", "x"], ["--task", "bogus"], ["--card", "-x"], ["x"]):
         assert parse(doubtful) is None, doubtful
+
+
+# -- the version -------------------------------------------------------------------------------
+
+
+def _metadata_version() -> str:
+    from importlib import metadata
+
+    return metadata.version("provisioner")
+
+
+@pytest.mark.parametrize("args", [["--version"], ["-V"], ["--version", "resolve"]])
+def test_version_prints_the_installed_version_and_exits_0(args):
+    proc = run(*args)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, f"provision {_metadata_version()}\n", "")
+
+
+def test_version_fast_path_imports_no_click(tmp_path):
+    probe = ("import sys, json\nfrom provisioner.cli import main\ncode = main(sys.argv[1:])\n"
+             "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} & {'click', 'importlib', 'email'})),"
+             " file=sys.stderr)\n")
+    proc = subprocess.run([sys.executable, "-c", probe, "--version"], capture_output=True, text=True,
+                          env={"PROVISION_CACHE": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert proc.stdout == f"provision {_metadata_version()}\n"
+    loaded = json.loads(proc.stderr.strip().splitlines()[-1])
+    assert "click" not in loaded and "email" not in loaded, loaded  # neither click nor importlib.metadata
+
+
+def test_version_reads_the_dist_info_as_importlib_metadata_does(tmp_path, monkeypatch):
+    from provisioner import version as v
+
+    monkeypatch.setattr(v, "_cached", None)
+    assert v.version() == _metadata_version()
+    # Two installs on the path: the first entry wins, as for importlib.metadata.
+    for where, ver in (("a", "7.0.1"), ("b", "7.0.2")):
+        info = tmp_path / where / f"provisioner-{ver}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: provisioner\nVersion: {ver}\n\nVersion: no\n")
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "nowhere"), str(tmp_path / "b"), str(tmp_path / "a")])
+    assert v._from_dist_info() == "7.0.2"
+    # Two in one place is ambiguous: importlib.metadata decides.
+    (tmp_path / "b" / "provisioner-7.0.3.dist-info").mkdir()
+    assert v._from_dist_info() is None
+
+
+def _json_docs(tmp_path) -> list[tuple[list[str], int]]:
+    from tests.helpers import hosts
+
+    host = hosts.materialize("plan-300ta2-4", tmp_path / "host")
+    on_host = ["--root", str(host.root), "--dev-root", str(host.dev_root)]
+    return [
+        (["resolve", "--card", "300T-A2", "--json"], 0),  # the fast path
+        (["resolve", "--card", "800T-A2", "--torch", "2.1.0", "--cann", "9.1.0", "--json"], 2),  # a refusal
+        (["matrix", "--card", "300I-Pro", "--section", "cards", "--json"], 0),
+        (["render", "--card", "300T-A2", "--output", str(tmp_path / "ctx"), "--json"], 0),
+        (["run-cmd", "--card", "300T-A2", "--devices", "0-3", "--no-engine", "--json", *on_host, "img:1"], 0),
+        (["cdi", "--card", "300T-A2", "--devices", "0-3", "--json", *on_host], 0),
+        (["k8s", "--card", "300T-A2", "--devices", "0-3", "--json", *on_host, "img:1"], 0),
+        (["audit", "--json", *on_host], None),
+    ]
+
+
+def test_every_json_document_carries_the_version(tmp_path, capsys, monkeypatch):
+    from provisioner.cli import main
+
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    for args, code in _json_docs(tmp_path):
+        rc = main(list(args))
+        out, err = capsys.readouterr()
+        assert code is None or rc == code, (args, rc, err)
+        doc = json.loads(out)
+        assert list(doc)[:2] == ["schema", "provision_version"], (args, list(doc)[:3])
+        assert doc["provision_version"] == _metadata_version()
+
+
+def test_json_documents_go_through_one_place():
+    """No command prints JSON but through cli.text.emit_json (which stamps the version)."""
+    from pathlib import Path
+
+    import provisioner.cli
+
+    offenders = []
+    for f in sorted(Path(provisioner.cli.__file__).parent.glob("*.py")):
+        if f.name == "text.py":
+            continue
+        for n, line in enumerate(f.read_text().splitlines(), 1):
+            if "json.dump(" in line or ("json.dumps(" in line and "echo" in line):
+                offenders.append(f"{f.name}:{n}: {line.strip()}")
+    assert not offenders, offenders
+
+
+# -- shell completion, as the README documents it --------------------------------------------------------
+
+
+def _documented_completion() -> dict[str, str]:
+    """shell -> the `_PROVISION_COMPLETE=<shell>_source` value the README's completion block uses."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("### Shell completion", 1)[1].split("\n## ", 1)[0]
+    found = dict(re.findall(r"_PROVISION_COMPLETE=((bash|zsh|fish)_source) provision", section))
+    return {shell: value for value, shell in found.items()}
+
+
+def _provision_script() -> str:
+    from pathlib import Path
+
+    return str(Path(sys.executable).parent / "provision")
+
+
+def test_readme_documents_completion_for_bash_zsh_and_fish():
+    assert set(_documented_completion()) == {"bash", "zsh", "fish"}
+
+
+@pytest.mark.parametrize("shell, marker", [("bash", "complete -o nosort -F _provision_completion provision"),
+                                           ("zsh", "#compdef provision"), ("fish", "complete --no-files --command provision")])
+def test_documented_completion_command_prints_a_script(shell, marker):
+    import os
+
+    env = {**os.environ, "_PROVISION_COMPLETE": _documented_completion()[shell]}
+    proc = subprocess.run([_provision_script()], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert marker in proc.stdout and "_PROVISION_COMPLETE=" in proc.stdout
+
+
+def test_bash_completion_completes_commands_and_choices(tmp_path):
+    """Source the documented bash line in a real bash and ask it to complete, as the shell does on TAB."""
+    import os
+    import shutil
+
+    if not shutil.which("bash"):
+        pytest.skip("no bash here")
+    bindir = os.path.dirname(_provision_script())
+    script = (
+        'eval "$(_PROVISION_COMPLETE=bash_source provision)"\n'
+        'complete -p provision >/dev/null || exit 3\n'
+        'ask() { COMP_WORDS=("$@"); COMP_CWORD=$(( ${#COMP_WORDS[@]} - 1 )); COMPREPLY=();'
+        ' _provision_completion provision; echo "${COMPREPLY[*]}"; }\n'
+        'ask provision re\n'
+        'ask provision resolve --registry ""\n'
+    )
+    proc = subprocess.run(["bash", "--norc", "-c", script], capture_output=True, text=True,
+                          env={**os.environ, "PATH": f"{bindir}:{os.environ.get('PATH', '')}"})
+    assert proc.returncode == 0, proc.stderr
+    commands, registries = proc.stdout.splitlines()
+    assert set(commands.split()) == {"render", "resolve"} and set(registries.split()) == {"quay", "dockerhub"}

@@ -15,6 +15,9 @@ from provisioner.engine.errors import (
     EngineError,
     EngineUnavailable,
     ImageNotFound,
+    PullFailed,
+    RegistryUnreachable,
+    registry_of,
     short,
 )
 from provisioner.engine.fake import FakeEngine, instructions, tar_of
@@ -230,7 +233,7 @@ def test_provision_build_through_the_fake_engine(context):
     ctx = make()
     fake = FakeEngine()
     out = io.StringIO()
-    with pytest.raises(ProvisionError, match="does not exist locally and cannot be pulled"):
+    with pytest.raises(ProvisionError, match="is not in the local engine and quay.io does not have it"):
         build.build(ctx, build.BuildOptions(), out=out, live=False, engine=fake)
     fake.pullable[ctx.manifest["base_image"]] = {}
     result = build.build(make(), build.BuildOptions(tags=("extra/name:1",)), out=out, live=False, engine=fake)
@@ -336,3 +339,150 @@ def test_fake_inspect_matches_the_real_engine(docker_client, base_image):
         assert fake_payload["Config"][k] == real_payload["Config"][k], k
     assert ContainerInfo.from_inspect(fake_payload) == ContainerInfo.from_inspect(real_payload).__class__(
         **{**ContainerInfo.from_inspect(real_payload).__dict__, "id": fake_payload["Id"]})
+
+
+# -- pull failures ---------------------------------------------------------------------------------------
+
+UNREACHABLE_OVERLAY = "registries:\n  - id: quay\n    image: provision-polish.invalid/ascend/cann\n"
+
+
+def test_pull_failures_are_told_apart_by_the_daemons_words():
+    # The engine's own messages (Docker 20.10, seen with the tests below): a 500 for all of them.
+    dns = 'Get "https://quay.io/v2/": dial tcp: lookup quay.io on 10.0.0.53:53: no such host'
+    refused = 'Get "http://localhost:1/v2/": dial tcp 127.0.0.1:1: connect: connection refused'
+    for text in (dns, refused):
+        err = docker_engine._pull_error("quay.io/ascend/cann:x", text)
+        assert type(err) is RegistryUnreachable and err.registry == "quay.io" and err.reason == text
+    assert type(docker_engine._pull_error("r.example/a:1", "manifest unknown")) is ImageNotFound
+    denied = docker_engine._pull_error("r.example/a:1", "toomanyrequests: pull rate limit reached")
+    assert type(denied) is PullFailed and isinstance(denied, EngineError)
+    assert [registry_of(r) for r in ("ascendai/cann:1", "cann", "localhost:5000/a", "quay.io/a/b:1", "a.b:1")] == [
+        "docker.io", "docker.io", "localhost:5000", "quay.io", "docker.io"]
+
+
+def test_unreachable_registry_names_the_ways_forward(context):
+    from provisioner.image import build
+
+    stack, make = context
+    ctx = make()
+    fake = FakeEngine()
+    fake.unreachable_registries.add("quay.io")
+    with pytest.raises(ProvisionError) as err:
+        build.build(ctx, build.BuildOptions(), out=io.StringIO(), live=False, engine=fake)
+    msg = str(err.value)
+    mirror = stack["base_image"]["mirrors"][0]
+    assert msg.startswith(f"base image {stack['base_image']['ref']} is not in the local engine and its registry"
+                          " quay.io cannot be reached (dial tcp: lookup quay.io")
+    assert f"--registry dockerhub ({mirror})" in msg and "--base-image REF" in msg and "`docker load -i FILE`" in msg
+    assert "\n" not in msg and fake.calls[-1] == f"pull {stack['base_image']['ref']}"
+    with pytest.raises(ProvisionError, match="--no-pull was given\\); ways forward: --registry dockerhub"):
+        build.build(make(), build.BuildOptions(pull=False), out=io.StringIO(), live=False, engine=fake)
+
+
+@pytest.mark.docker
+def test_real_engine_pull_failures_are_typed(docker_client):
+    from provisioner import engine as engines
+    from tests.helpers.registry import EmptyRegistry
+
+    with engines.connect(60) as real, EmptyRegistry() as reg:
+        with pytest.raises(RegistryUnreachable) as err:
+            real.pull("provision-polish.invalid/ascend/cann:none")
+        assert err.value.registry == "provision-polish.invalid" and "provision-polish.invalid" in err.value.reason
+        with pytest.raises(ImageNotFound, match="manifest unknown"):
+            real.pull(f"{reg.host}/ascend/cann:none")
+        # Docker reports a refusal as "pull access denied ..., repository does not exist": not found, to us too.
+        with pytest.raises(ImageNotFound, match="pull access denied"):
+            real.pull(f"{reg.host}/denied/cann:none")
+        with pytest.raises(PullFailed) as limited:
+            real.pull(f"{reg.host}/limited/cann:none")
+        assert type(limited.value) is PullFailed and limited.value.registry == reg.host
+        assert "rate limit" in limited.value.reason
+
+
+@pytest.mark.docker
+def test_build_with_an_unreachable_registry_is_one_line_naming_the_ways_forward(docker_client, tmp_path):
+    """What a new user sees on a machine that cannot reach the default registry."""
+    import subprocess
+    import sys
+
+    overlay = tmp_path / "unreachable.yaml"
+    overlay.write_text(UNREACHABLE_OVERLAY)
+    proc = subprocess.run([sys.executable, "-m", "provisioner.cli", "build", "--card", "300T-A2", "--matrix",
+                           str(overlay)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    # one line: no "building ..." line before it (nothing was built) and no traceback
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    line = proc.stderr
+    assert line.startswith("provision: error: base image provision-polish.invalid/ascend/cann:")
+    assert "its registry provision-polish.invalid cannot be reached" in line and "no such host" in line
+    assert "--registry dockerhub (ascendai/cann:" in line and "--base-image REF" in line and "docker load" in line
+
+
+def test_images_of_a_repository_newest_last_sortable():
+    fake = FakeEngine()
+    fake.add_image("provision/pytorch:a", labels={"n": "1"})
+    fake.add_image("provision/pytorch:b", labels={"n": "2"})
+    fake.add_image("provision/pytorch-other:a")
+    found = sorted(fake.images("provision/pytorch"), key=lambda i: i.created)
+    assert [(i.ref, i.labels["n"]) for i in found] == [("provision/pytorch:a", "1"), ("provision/pytorch:b", "2")]
+
+
+@pytest.mark.docker
+def test_real_engine_lists_the_images_of_a_repository(docker_client, base_image):
+    from provisioner import engine as engines
+
+    repository = base_image.rsplit(":", 1)[0]
+    with engines.connect(60) as real:
+        found = real.images(repository)
+        assert base_image in [i.ref for i in found] or any(base_image in i.tags for i in found)
+        mine = next(i for i in found if base_image in i.tags)
+        assert mine == real.image(mine.ref) and mine.created.startswith("20")
+        assert real.images("provision-polish/none-such") == []
+
+
+@pytest.mark.docker
+def test_real_engine_lists_and_inspects_every_container(docker_client, base_image):
+    """containers() inspects side by side: every one comes back, once, inspected."""
+    import uuid
+
+    from provisioner import engine as engines
+
+    run = uuid.uuid4().hex[:8]
+    label = f"org.provision.test.polish={run}"
+    with engines.connect(60) as real:
+        made = [real.create({"image": base_image, "command": ["true"], "name": f"provision-polish-{run}-{n}",
+                             "labels": {"org.provision.test.polish": run}}) for n in range(11)]
+        try:
+            found = real.containers(all=True, label=label)
+            assert sorted(c.name for c in found) == sorted(c.name for c in made)
+            assert all(c.status == "created" and c.image == base_image for c in found)
+            assert real.containers(label=label) == []  # none running
+        finally:
+            for c in made:
+                c.remove(force=True)
+
+
+def test_connect_early_is_taken_once_and_only_for_the_same_place(monkeypatch, tmp_path):
+    from provisioner import engine as engines
+
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/a.sock")
+    engines.connect_early()
+    with pytest.raises(EngineUnavailable) as err:
+        engines.connect()  # the early attempt's own failure, raised in the caller
+    assert err.value.where == f"unix://{tmp_path}/a.sock" and engines._early == {}
+    engines.connect_early()
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/b.sock")  # somewhere else now: not the early one
+    with pytest.raises(EngineUnavailable) as err:
+        engines.connect()
+    assert err.value.where == f"unix://{tmp_path}/b.sock" and engines._early == {}
+
+
+@pytest.mark.docker
+def test_connect_early_gives_a_working_engine(docker_client):
+    from provisioner import engine as engines
+
+    engines.connect_early()
+    assert engines._early["thread"].name == "engine-connect"
+    with engines.connect() as eng:
+        assert eng.info().api_version
+    assert engines._early == {}
