@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from provisioner.cli.common import emit_json, json_option
+from provisioner.cli.common import emit_json, json_option, refuse
 from provisioner.cli.device_cmds import host_options, launch_options
 
 CONFIG_IN_CONTAINER = "/etc/provision/selftest/train.yaml"
@@ -45,7 +45,7 @@ def selftest_cmd(overlays, as_json, image, config, env, mode, user, keep, labels
     import os
     import sys
 
-    from provisioner.cli.device_cmds import plan_options
+    from provisioner.cli.device_cmds import multi_node, plan_options
     from provisioner.devices import plan as devices
     from provisioner.errors import ProvisionError
     from provisioner.launch import run as launch
@@ -55,8 +55,7 @@ def selftest_cmd(overlays, as_json, image, config, env, mode, user, keep, labels
     bad = [o for o in overrides if "=" not in o or o.startswith("-")]
     if bad:
         raise ProvisionError(f"{bad[0]!r}: give trainer settings as key=value (e.g. precision=fp16)")
-    if kw["nnodes"] > 1 and not kw.get("master_addr"):
-        raise ProvisionError("--nnodes > 1 needs --master-addr (the IP or name of node rank 0)")
+    multi_node(kw).require_master()
     user_env = torchrun.parse_env(env, dict(os.environ))
     extra_labels = launch.parse_labels(labels)
     mounts, args = [], list(overrides)
@@ -64,26 +63,23 @@ def selftest_cmd(overlays, as_json, image, config, env, mode, user, keep, labels
         mounts.append((os.path.abspath(config), CONFIG_IN_CONTAINER, "ro"))
         args = ["--config", CONFIG_IN_CONTAINER, *args]
     m = matrix.load(list(overlays or ()))
-    client = launch.connect()
+    engine = launch.connect()
     try:
-        info = launch.inspect_image(client, image)
+        info = launch.inspect_image(engine, image)
         opts = plan_options(m, kw, user=user)
         try:
-            plan, notes = launch.plan_for(m, opts, info, mode)
+            plan, notes = launch.plan_for(m, opts, info, mode, engine=engine)
         except devices.PlanRefused as exc:
-            if as_json:
-                emit_json({"schema": launch.SCHEMA, "status": "refused", "reasons": exc.reasons})
-                return 2
-            raise
+            return refuse(launch.SCHEMA, exc, as_json)
         job = launch.Job(plan=plan, image=info, target=None, selftest=True, selftest_args=tuple(args), env=user_env,
                          volumes=mounts, keep=keep, notes=tuple(notes), labels=extra_labels)
         out, err = (sys.stderr, sys.stderr) if as_json else (sys.stdout, sys.stderr)
         if not as_json:
             for note in job.notes + plan.notes:
                 click.echo(f"# note: {note}", err=True)
-        doc = launch.run(job, client, out=out, err=err)
+        doc = launch.run(job, engine, out=out, err=err)
     finally:
-        client.close()
+        engine.close()
     if as_json:
         emit_json(doc)
     else:

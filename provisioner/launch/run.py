@@ -377,7 +377,7 @@ def run(job: Job, engine: Engine, out: TextIO | None = sys.stdout, err: TextIO |
             selftest = run_container(engine, kw, "selftest", guard, out, err, job.keep, job.stop_timeout,
                                      on_line=lambda line: _document(line, SELFTEST_SCHEMA, found_st))
             selftest.selftest = found_st.get("doc")
-        if job.check and (selftest is None or selftest_passed(selftest)):
+        if job.check and (selftest is None or passed(selftest)):
             cmd = torchrun.command(job.plan, torchrun.Target.check(job.check_args), nproc)
             kw = container_kwargs(job, "check", cmd, extra_env)
             found: dict = {}
@@ -385,7 +385,7 @@ def run(job: Job, engine: Engine, out: TextIO | None = sys.stdout, err: TextIO |
             check = run_container(engine, kw, "check", guard, out, err, job.keep, job.stop_timeout,
                                   on_line=lambda line: _document(line, COLLECTIVE_SCHEMA, found))
             check.collective = found.get("doc")
-        if job.target is not None and (selftest is None or selftest_passed(selftest)) and (
+        if job.target is not None and (selftest is None or passed(selftest)) and (
                 check is None or passed(check)):
             cmd = torchrun.command(job.plan, job.target, nproc)
             kw = container_kwargs(job, "run", cmd, extra_env)
@@ -396,14 +396,11 @@ def run(job: Job, engine: Engine, out: TextIO | None = sys.stdout, err: TextIO |
     return summary(job, check, main, nproc, env, time.monotonic() - started, selftest)
 
 
-def passed(check: RunResult) -> bool:
-    """The check exited 0 and printed a result with every sum right."""
-    return check.exit_code == 0 and not check.signal and (check.collective or {}).get("status") == "ok"
-
-
-def selftest_passed(selftest: RunResult) -> bool:
-    """The self-test exited 0 and its document says every check passed or does not apply."""
-    return selftest.exit_code == 0 and not selftest.signal and (selftest.selftest or {}).get("status") == "ok"
+def passed(result: RunResult) -> bool:
+    """The collective check or self-test exited 0 and its document says ok (every sum right; every check passed
+    or does not apply)."""
+    doc = result.selftest if result.role == "selftest" else result.collective
+    return result.exit_code == 0 and not result.signal and (doc or {}).get("status") == "ok"
 
 
 def _document(line: str, schema: str, found: dict) -> None:
@@ -421,7 +418,7 @@ def summary(job: Job, check: RunResult | None, main: RunResult | None, nproc: in
     assert last is not None
     if last.signal:
         status = "interrupted"
-    elif selftest and not selftest_passed(selftest):
+    elif selftest and not passed(selftest):
         status = "selftest-failed"
     elif check and not passed(check):
         status = "check-failed"
