@@ -38,7 +38,15 @@ def _parser() -> argparse.ArgumentParser:
         "--resume", default=None, help="'auto' (newest complete checkpoint, if any) or a checkpoint dir"
     )
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout at the end")
-    p.add_argument("--check", action="store_true", help="validate config and data, then exit")
+    p.add_argument(
+        "--check", action="store_true", help="validate config and data, print the memory plan, then exit"
+    )
+    p.add_argument(
+        "--world-size",
+        type=int,
+        default=None,
+        help="devices the memory plan of --check assumes (default: WORLD_SIZE, else 1)",
+    )
     return p
 
 
@@ -60,20 +68,26 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    args = _parser().parse_args(argv)
+    args = _parser().parse_intermixed_args(argv)  # key=value overrides before or after options
     if args.config is None and not args.overrides:
         raise ConfigError("usage: give --config FILE and/or key=value overrides (see provision-train --help)")
     cfg = load_config(args.config, args.overrides)
 
-    from provisioner.train.data import load_conversations
-
     # Parse every record now: a broken line fails here, before any model is loaded.
-    n_train = len(load_conversations(cfg.data, cfg.data_format))
-    n_eval = len(load_conversations(cfg.eval_data, cfg.data_format)) if cfg.eval_data else 0
+    if cfg.method == "grpo":
+        from provisioner.train.grpo.data import check_records, load_prompts
+
+        train = load_prompts(cfg.data, cfg.data_format)
+        check_records(train, cfg.grpo.rewards)
+        n_train = len(train)
+        n_eval = len(load_prompts(cfg.eval_data, cfg.data_format)) if cfg.eval_data else 0
+    else:
+        from provisioner.train.data import load_conversations
+
+        n_train = len(load_conversations(cfg.data, cfg.data_format))
+        n_eval = len(load_conversations(cfg.eval_data, cfg.data_format)) if cfg.eval_data else 0
     if args.check:
-        result = {"status": "ok", "train_records": n_train, "eval_records": n_eval}
-        print(json.dumps(result) if args.json else f"{PROG}: config and data ok ({n_train} records)")
-        return 0
+        return _check(cfg, args, n_train, n_eval)
 
     from provisioner.train.device import prepare_env
 
@@ -88,6 +102,37 @@ def _main(argv: list[str] | None) -> int:
     summary = run(cfg, args.resume)
     if args.json and _rank() == 0:
         print(json.dumps(summary))
+    return 0
+
+
+def _check(cfg, args: argparse.Namespace, n_train: int, n_eval: int) -> int:
+    """--check: the memory plan for the card the config names (or, without one, no verdict)."""
+    from provisioner.train import memory_fit as memory
+
+    world = args.world_size or int(os.environ.get("WORLD_SIZE", "1"))
+    if world < 1:
+        raise ConfigError(f"--world-size: must be >= 1 (got {world})")
+    capacity, label, bf16 = (None, "", None)
+    if cfg.card:
+        capacity, label, bf16 = memory.card_capacity(cfg.card)
+    precision = cfg.precision
+    if precision == "auto":
+        precision = "bf16" if bf16 is not False else "fp16"
+    plan = memory.plan(cfg, world, precision, capacity, label)
+    refused = plan.fits is False and cfg.memory_check
+    result = {
+        "status": "refused" if refused else "ok",
+        "train_records": n_train,
+        "eval_records": n_eval,
+        "memory": plan.to_dict(),
+    }
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"{PROG}: config and data ok ({n_train} records)")
+        print("\n".join(plan.lines()))
+    if refused:
+        raise ConfigError(memory.refusal(plan))
     return 0
 
 

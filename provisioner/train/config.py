@@ -16,13 +16,9 @@ from typing import Any
 
 import yaml
 
-from provisioner.errors import ProvisionError
+from provisioner.train.errors import ConfigError
 
 QWEN25_SYSTEM_PROMPT = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
-
-
-class ConfigError(ProvisionError):
-    """A bad trainer config or data file; the message names the field or file:line."""
 
 
 @dataclass
@@ -31,6 +27,28 @@ class LoraSettings:
     alpha: int = 16
     dropout: float = 0.05
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "v_proj"])
+
+
+@dataclass
+class GRPOSettings:
+    """``method: grpo``: group sampling, rewards and the clipped policy loss (TRL's GRPOTrainer does the math)."""
+
+    tuning: str = "lora"  # lora (adapters; the reference is the adapter-free base) or full
+    num_generations: int = 8  # completions sampled per prompt (the group)
+    max_prompt_len: int = 1024  # prompts longer than this many tokens are dropped, and counted
+    max_completion_len: int = 1024
+    temperature: float = 1.0
+    top_p: float = 1.0
+    beta: float = 0.0  # KL weight to the reference policy; 0: no reference forward at all
+    epsilon: float = 0.2  # clip range of the probability ratio
+    epsilon_high: float | None = None  # upper clip (DAPO's clip-higher); null: epsilon
+    num_iterations: int = 1  # optimisation passes over each generation batch (> 1: the clip bites)
+    loss_type: str = "dapo"  # token aggregation: grpo, bnpo, dr_grpo, dapo
+    scale_rewards: str = "group"  # divide advantages by the std of the group, the batch, or none
+    rewards: list[str] = field(default_factory=lambda: ["math", "format"])  # names or module:function
+    reward_weights: list[float] = field(default_factory=list)  # empty: all 1.0
+    rollout: str = "auto"  # auto (vllm where installed and on a device), hf (transformers generate), vllm
+    vllm_memory_fraction: float = 0.3  # colocated vLLM's share of device memory
 
 
 @dataclass
@@ -67,8 +85,15 @@ class TrainConfig:
     loss_chunk_tokens: int = 8192
     npu_jit_compile: bool | str = "auto"  # auto: the chip family's mode (train/ascend.yaml)
     strategy: str = "ddp"
-    offload_optimizer: bool = True
+    offload_optimizer: bool | str = "auto"  # auto: on for zero2 (as before), off for zero3 and fsdp
+    offload_params: bool = False  # zero3/fsdp: parameters (and, for fsdp, gradients) live on the CPU
+    trust_remote_code: bool = False  # let transformers run code shipped in the model directory
+    # Memory plan: the card (matrix name, e.g. 800T-A2 or 910B3) whose HBM the plan is checked against;
+    # null: the detected device. memory_check false turns a refusal into a warning.
+    card: str | None = None
+    memory_check: bool = True
     lora: LoraSettings = field(default_factory=LoraSettings)
+    grpo: GRPOSettings = field(default_factory=GRPOSettings)
     # Data formatting.
     data_format: str = "auto"
     template: str = "auto"  # chatml (Qwen2.5) when the tokenizer has its tokens, else the tokenizer's own
@@ -93,7 +118,19 @@ class TrainConfig:
     def resolved_learning_rate(self) -> float:
         if self.learning_rate is not None:
             return self.learning_rate
+        if self.method == "grpo":
+            return 1e-5 if self.grpo.tuning == "lora" else 1e-6
         return 2e-4 if self.method == "lora" else 2e-5
+
+    @property
+    def tuning(self) -> str:
+        """Which weights train: ``lora`` (adapters) or ``full``, whatever the objective."""
+        return self.grpo.tuning if self.method == "grpo" else self.method
+
+    def resolved_offload_optimizer(self) -> bool:
+        if self.offload_optimizer == "auto":
+            return self.strategy == "zero2"
+        return bool(self.offload_optimizer)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -101,13 +138,13 @@ class TrainConfig:
 
 REQUIRED = ("model", "data", "output_dir")
 CHOICES: dict[str, tuple[str, ...]] = {
-    "method": ("full", "lora"),
+    "method": ("full", "lora", "grpo"),
     "lr_scheduler": ("cosine", "linear", "constant"),
     "optimizer": ("auto", "adamw", "npu_fused_adamw"),
     "precision": ("auto", "bf16", "fp16", "fp32"),
     "attn_implementation": ("auto", "sdpa", "eager", "flash_attention_2", "flash_attention_3"),
-    "strategy": ("ddp", "zero2"),
-    "data_format": ("auto", "alpaca", "chat"),
+    "strategy": ("ddp", "zero2", "zero3", "fsdp"),
+    "data_format": ("auto", "alpaca", "chat", "orz", "gsm8k"),
     "template": ("auto", "chatml", "tokenizer"),
 }
 _PATH_LISTS = ("data", "eval_data")
@@ -142,7 +179,7 @@ def validate(cfg: TrainConfig) -> None:
         value = getattr(cfg, name)
         if value not in allowed:
             raise ConfigError(f"config: {name}: must be one of {', '.join(allowed)} (got {value!r})")
-    for name in ("packing", "progress_bar", "npu_jit_compile"):
+    for name in ("packing", "progress_bar", "offload_optimizer", "npu_jit_compile"):
         if getattr(cfg, name) not in (True, False, "auto"):
             raise ConfigError(f"config: {name}: must be true, false or auto (got {getattr(cfg, name)!r})")
     _check_model_dir("model", cfg.model)
@@ -211,8 +248,66 @@ def validate(cfg: TrainConfig) -> None:
         raise ConfigError(f"config: lora.dropout: must be in [0, 1) (got {lora.dropout})")
     if not lora.target_modules:
         raise ConfigError("config: lora.target_modules: must name at least one module")
-    if cfg.export_merged and cfg.method != "lora":
-        raise ConfigError("config: export_merged: only meaningful with method: lora")
+    if cfg.export_merged and cfg.tuning != "lora":
+        raise ConfigError("config: export_merged: only meaningful when LoRA adapters train")
+    if cfg.strategy in ("ddp", "zero2") and cfg.offload_params:
+        raise ConfigError(f"config: offload_params: needs strategy zero3 or fsdp (got {cfg.strategy})")
+    if cfg.strategy == "ddp" and cfg.offload_optimizer is True:
+        raise ConfigError("config: offload_optimizer: needs strategy zero2, zero3 or fsdp (got ddp)")
+    if cfg.card is not None and not cfg.card.strip():
+        raise ConfigError("config: card: must name a card or chip (or be null)")
+    if cfg.method == "grpo":
+        _validate_grpo(cfg.grpo)
+        if cfg.data_format == "alpaca":
+            raise ConfigError("config: data_format: method grpo reads prompts (auto, chat, orz, gsm8k), not alpaca")
+    elif cfg.data_format in ("orz", "gsm8k"):
+        raise ConfigError(f"config: data_format: {cfg.data_format} records are prompts for method: grpo")
+    from provisioner.train.requirements import missing_library
+
+    problem = missing_library(cfg)
+    if problem:
+        raise ConfigError(problem)
+
+
+GRPO_CHOICES: dict[str, tuple[str, ...]] = {
+    "tuning": ("lora", "full"),
+    "loss_type": ("grpo", "bnpo", "dr_grpo", "dapo"),
+    "scale_rewards": ("group", "batch", "none"),
+    "rollout": ("auto", "hf", "vllm"),
+}
+
+
+def _validate_grpo(g: GRPOSettings) -> None:
+    for name, allowed in GRPO_CHOICES.items():
+        value = getattr(g, name)
+        if value not in allowed:
+            raise ConfigError(f"config: grpo.{name}: must be one of {', '.join(allowed)} (got {value!r})")
+    for name in ("num_generations", "max_prompt_len", "max_completion_len", "num_iterations"):
+        if getattr(g, name) < 1:
+            raise ConfigError(f"config: grpo.{name}: must be >= 1 (got {getattr(g, name)})")
+    if g.num_generations < 2:
+        raise ConfigError("config: grpo.num_generations: a group needs at least 2 completions (got 1)")
+    if g.temperature <= 0:
+        raise ConfigError(f"config: grpo.temperature: must be > 0 (got {g.temperature})")
+    if not 0.0 < g.top_p <= 1.0:
+        raise ConfigError(f"config: grpo.top_p: must be in (0, 1] (got {g.top_p})")
+    if g.beta < 0:
+        raise ConfigError(f"config: grpo.beta: must be >= 0 (got {g.beta})")
+    if not 0.0 < g.epsilon < 1.0:
+        raise ConfigError(f"config: grpo.epsilon: must be in (0, 1) (got {g.epsilon})")
+    if g.epsilon_high is not None and g.epsilon_high < g.epsilon:
+        raise ConfigError(f"config: grpo.epsilon_high: must be >= epsilon ({g.epsilon}) (got {g.epsilon_high})")
+    if not 0.0 < g.vllm_memory_fraction < 1.0:
+        raise ConfigError(f"config: grpo.vllm_memory_fraction: must be in (0, 1) (got {g.vllm_memory_fraction})")
+    if not g.rewards:
+        raise ConfigError("config: grpo.rewards: name at least one reward (math, format, or module:function)")
+    if g.reward_weights and len(g.reward_weights) != len(g.rewards):
+        raise ConfigError(
+            f"config: grpo.reward_weights: {len(g.reward_weights)} weights for {len(g.rewards)} rewards"
+        )
+    from provisioner.train.grpo.rewards import check_reward_names
+
+    check_reward_names(g.rewards)
 
 
 def _check_model_dir(name: str, value: str) -> None:
@@ -298,6 +393,11 @@ def _coerce(name: str, type_text: Any, value: Any) -> Any:
         if isinstance(value, bool) or value == "auto":
             return value
         raise ConfigError(f"config: {name}: must be true, false or auto (got {value!r})")
+    if base == "list[float]":
+        items = value if isinstance(value, list) else [value]
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in items):
+            return [float(v) for v in items]
+        raise ConfigError(f"config: {name}: expected a number or a list of numbers")
     if base == "list[str]":
         if isinstance(value, str):
             return [value]

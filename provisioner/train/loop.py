@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,14 +23,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from provisioner.train import ascend, dist
+from provisioner.train import ascend, dist, memory, memory_fit
 from provisioner.train import checkpoint as ckpt
 from provisioner.train import device as devmod
+from provisioner.train import strategy as strat
 from provisioner.train.attention import FLASH, fix_flash_autocast, pick_attention
 from provisioner.train.chatml import resolve_template, tokenize
 from provisioner.train.config import ConfigError, TrainConfig, dump_config
 from provisioner.train.data import Conversation, load_conversations
-from provisioner.train.engine import PlainEngine
 from provisioner.train.metrics import MetricsLog, Progress, micro_batch_flops, peak_tflops, read_metrics
 from provisioner.train.model import (
     SFTLoss,
@@ -59,6 +60,10 @@ class Window:
 
 
 def run(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any]:
+    if cfg.method == "grpo":
+        from provisioner.train.grpo.trainer import run_grpo
+
+        return run_grpo(cfg, resume)
     world = dist.from_env()
     dev = devmod.detect(world.local_rank, cfg.npu_jit_compile)
     dist.init(world, dev, dist.timeout_s(cfg.dist_timeout_s, dev))
@@ -89,7 +94,7 @@ class Trainer:
 
     def _prepare_data(self) -> None:
         cfg = self.cfg
-        self.tokenizer = load_tokenizer(cfg.tokenizer or cfg.model)
+        self.tokenizer = load_tokenizer(cfg.tokenizer or cfg.model, cfg.trust_remote_code)
         self.template = resolve_template(cfg.template, self.tokenizer)
         convs = load_conversations(cfg.data, cfg.data_format)
         eval_convs = load_conversations(cfg.eval_data, cfg.data_format) if cfg.eval_data else []
@@ -111,7 +116,8 @@ class Trainer:
         self.pad_id = int(self.tokenizer.pad_token_id)
         self.train_targets = [e.n_targets for e in self.train_ex]
 
-    def _prepare_model(self) -> None:
+    def _plan_memory(self) -> None:
+        """The memory plan against this device, before any weight is loaded; refuse what cannot fit."""
         cfg, dev = self.cfg, self.dev
         self.prec = devmod.choose_precision(cfg.precision, dev)
         if cfg.strategy == "zero2":
@@ -122,14 +128,48 @@ class Trainer:
         if fix_flash_autocast(dev, self.prec, self.attn):
             self._info(f"NPU flash attention runs in {self.prec.name}: this transformers would run fp32 queries "
                        "in fp32 (its autocast check is CUDA-only)")
-        self.model = load_model(cfg, dev, self.prec, self.attn)
+        if self.attn == "sdpa" and cfg.packing is not False:
+            # No varlen kernel here: attend per packed sequence instead of over a masked row.
+            from provisioner.train import packed_attention
+
+            if packed_attention.usable(memory.read_model_config(cfg.model)) and packed_attention.register():
+                self.attn = packed_attention.NAME
+        capacity: float | None
+        if cfg.card:
+            capacity, label, _ = memory_fit.card_capacity(cfg.card)
+        else:
+            capacity, label = memory_fit.device_capacity(dev)
+            if dev.type == "cpu" and capacity:  # the ranks of this host share it
+                capacity /= max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+        targets = memory_fit.max_targets(
+            [len(e) for e in self.train_ex], [e.n_targets for e in self.train_ex], cfg.packing is not False
+        )
+        self.plan = memory_fit.plan(
+            cfg, self.world.size, self.prec.name, capacity, label, self.attn, dev.type, targets=targets
+        )
+        for line in self.plan.lines():
+            self._info(line)
+        if self.plan.fits is False:
+            if cfg.memory_check:
+                raise ConfigError(memory_fit.refusal(self.plan))
+            self._info("memory_check is off: running a plan that does not fit")
+
+    def _prepare_model(self) -> None:
+        cfg, dev = self.cfg, self.dev
+        self.meter = memory_fit.PeakMeter(dev.type)
+        on_host = strat.loads_on_host(cfg)
+        self.model = load_model(cfg, strat.host_view(dev) if on_host else dev, self.prec, self.attn)
         self.loss_fn = SFTLoss(self.model, cfg.loss_chunk_tokens)
         vocab = inner_model(self.model).get_input_embeddings().weight.shape[0]
         if cfg.packing is False:
             self.packing = False
         else:
             tol = 1e-4 if self.prec.name == "fp32" else 3e-2
-            ok = packing_works(self.loss_fn, dev, self._autocast(), self.attn, vocab, tol)
+            if on_host:
+                dtype = self.prec.dtype if cfg.method == "lora" else torch.float32
+                ok = strat.twin_packing_works(self.model, dev, self._autocast(), self.attn, dtype, tol)
+            else:
+                ok = packing_works(self.loss_fn, dev, self._autocast(), self.attn, vocab, tol)
             if cfg.packing is True and not ok:
                 raise ConfigError(
                     f"config: packing: {self.attn} attention of this model lets packed samples see each other; "
@@ -146,14 +186,7 @@ class Trainer:
         self.peak = peak_tflops(dev.name, dev.type, self.prec.name, cfg.peak_tflops)
 
     def _make_engine(self, total_steps: int) -> Any:
-        cfg = self.cfg
-        if cfg.strategy == "zero2":
-            from provisioner.train import zero
-
-            if zero.available():
-                return zero.ZeroEngine(self.loss_fn, cfg, self.dev, self.prec, self.world, total_steps)
-            self._info("strategy zero2 asked for but deepspeed is not installed: using DDP")
-        return PlainEngine(self.loss_fn, cfg, self.dev, self.prec, self.world, total_steps)
+        return strat.make_engine(self.loss_fn, self.cfg, self.dev, self.prec, self.world, total_steps)
 
     def _autocast(self) -> Any:
         return devmod.autocast(self.dev, self.prec)
@@ -172,6 +205,7 @@ class Trainer:
             ckpt.clean_stale(self.out)
         dist.barrier()
         self._prepare_data()
+        self._plan_memory()
         self._prepare_model()
 
         G, W = cfg.gradient_accumulation_steps, world.size
@@ -185,7 +219,7 @@ class Trainer:
             max_seqs=self.max_seqs,
         )
         total_steps = cfg.max_steps or steps_for_epochs(self.stream, cfg.num_epochs, per_step)
-        engine = self._make_engine(total_steps)
+        engine = self.engine = self._make_engine(total_steps)
 
         # Rank 0 decides (which checkpoint, or which error) so every rank does the same.
         verdict = self._resume_verdict(resume) if world.is_main else None
@@ -348,13 +382,14 @@ class Trainer:
         )
         total = torch.zeros((), dtype=torch.float64)
         targets = 0
+        module: Any = getattr(self.engine, "eval_module", self.loss_fn)
         self.loss_fn.eval()
         with torch.no_grad(), self._autocast():
             for i in range(r, stream.epoch_size(0), W):
                 b = make_batch(self.eval_ex, stream.get(i), self.packing, self.pad_id, self.attn).to(
                     self.dev.torch_device
                 )
-                total += self.loss_fn(*b.inputs()).double().cpu()
+                total += module(*b.inputs()).double().cpu()
                 targets += b.n_targets
         self.loss_fn.train()
         loss_sum, n = dist.all_reduce_sum([float(total), float(targets)], self.dev)
@@ -366,8 +401,8 @@ class Trainer:
         world = self.world
         tokens_seen = tokens_base + int(dist.all_reduce_sum([float(self.local_tokens)], self.dev)[0])
         tmp = ckpt.begin(self.out, step, world.is_main)
+        strat.save_hf_weights(self.model, engine, tmp, self.cfg.tuning, world)
         if world.is_main:
-            ckpt.save_weights(self.model, tmp, self.cfg.method)
             ckpt.write_state(
                 tmp,
                 ckpt.Saved(step, consumed, world.size, tokens_seen, self.cfg.method),
@@ -383,7 +418,7 @@ class Trainer:
             raise ConfigError(
                 f"--resume: {path} was written by a method: {state.method} run, not {self.cfg.method}"
             )
-        if engine.name == "zero2":
+        if engine.name in ("zero2", "zero3", "fsdp"):
             engine.load(path, self.dev)
         else:
             ckpt.load_weights(self.model, path, self.cfg.method)
@@ -409,14 +444,17 @@ class Trainer:
         cfg = self.cfg
         final_dir = self.out / "final"
         merged_dir = self.out / "merged" if cfg.export_merged else None
+        self._export(final_dir, merged_dir, engine)
+        peak = self._measured_peak()
         if self.world.is_main:
-            self._export(final_dir, merged_dir)
             rows = read_metrics(self.out / cfg.metrics_file)
             curve = self.out / "loss_curve.png"
             loss_curve(
                 curve,
                 [(r["step"], r["loss"]) for r in rows],
                 [(r["step"], r["eval_loss"]) for r in rows if r.get("eval_loss") is not None],
+                title=f"{cfg.method} fine-tuning of {Path(cfg.model).name} ({engine.name}, {self.world.size} device"
+                + ("s)" if self.world.size > 1 else ")"),
             )
         dist.barrier()
         if not last and self._metric_rows():  # resumed from the final checkpoint: nothing left to run
@@ -451,6 +489,7 @@ class Trainer:
             "final_dir": str(final_dir),
             "merged_dir": None if merged_dir is None else str(merged_dir),
             "loss_curve": str(self.out / "loss_curve.png"),
+            "memory": memory_fit.record(self.plan, peak),
         }
         if self.world.is_main:
             (self.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
@@ -471,19 +510,38 @@ class Trainer:
         path = self.out / self.cfg.metrics_file
         return read_metrics(path) if path.exists() else []
 
-    def _export(self, final_dir: Path, merged_dir: Path | None) -> None:
-        """Adapter or full weights plus tokenizer in ``final/``; merged full weights on request."""
+    def _export(self, final_dir: Path, merged_dir: Path | None, engine: Any) -> None:
+        """Adapter or full weights plus tokenizer in ``final/``; merged full weights on request.
+        Every rank calls this (the sharded strategies gather the weights first)."""
         import shutil
 
-        for d in (final_dir, merged_dir):
-            if d is not None and d.exists():
-                shutil.rmtree(d)
-        ckpt.save_weights(self.model, final_dir, self.cfg.method)
-        self.tokenizer.save_pretrained(str(final_dir))
-        if merged_dir is not None:
-            merged = self.model.merge_and_unload()
-            merged.save_pretrained(str(merged_dir), safe_serialization=True)
-            self.tokenizer.save_pretrained(str(merged_dir))
+        if self.world.is_main:
+            for d in (final_dir, merged_dir):
+                if d is not None and d.exists():
+                    shutil.rmtree(d)
+        strat.save_hf_weights(self.model, engine, final_dir, self.cfg.tuning, self.world)
+        if self.world.is_main:
+            self.tokenizer.save_pretrained(str(final_dir))
+            if merged_dir is not None and getattr(engine, "sharded", False):
+                strat.merge_lora_export(self.cfg, final_dir, merged_dir, self.tokenizer)
+            elif merged_dir is not None:
+                merged = self.model.merge_and_unload()
+                merged.save_pretrained(str(merged_dir), safe_serialization=True)
+                self.tokenizer.save_pretrained(str(merged_dir))
+        dist.barrier()
+
+    def _measured_peak(self) -> float | None:
+        """The largest peak over the ranks, in bytes, or None where it cannot be measured."""
+        slots = [0.0] * self.world.size
+        mine = self.meter.peak_bytes()
+        slots[self.world.rank] = -1.0 if mine is None else mine
+        every = dist.all_reduce_sum(slots, self.dev)
+        peak = None if any(v < 0 for v in every) else max(every)
+        self._info(
+            f"memory: planned {self.plan.total / 2**30:.2f} GiB per device, measured peak "
+            + ("n/a" if peak is None else f"{peak / 2**30:.2f} GiB")
+        )
+        return peak
 
 
 def _mean(values: list[float]) -> float | None:

@@ -24,11 +24,11 @@ from provisioner.train.device import DeviceInfo, Precision
 from provisioner.train.packing import Batch, collate_packed, collate_padded
 
 
-def load_tokenizer(path: str) -> Any:
+def load_tokenizer(path: str, trust_remote_code: bool = False) -> Any:
     from transformers import AutoTokenizer
 
     try:
-        tok = AutoTokenizer.from_pretrained(path)
+        tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     except Exception as exc:  # transformers raises many types for a bad directory
         raise ConfigError(f"config: tokenizer: cannot load a tokenizer from {path}: {_short(exc)}") from None
     if tok.pad_token_id is None:
@@ -43,7 +43,9 @@ def load_model(cfg: TrainConfig, dev: DeviceInfo, prec: Precision, attn: str) ->
     # LoRA keeps the frozen base in the compute dtype and only the adapters in fp32.
     dtype = torch.float32 if cfg.method == "full" else prec.dtype
     try:
-        model = AutoModelForCausalLM.from_pretrained(cfg.model, attn_implementation=attn)
+        model = AutoModelForCausalLM.from_pretrained(
+            cfg.model, attn_implementation=attn, trust_remote_code=cfg.trust_remote_code
+        )
     except (OSError, ValueError, ImportError) as exc:
         raise ConfigError(f"config: model: cannot load {cfg.model}: {_short(exc)}") from None
     # Cast after loading rather than through a dtype keyword whose name differs between releases.

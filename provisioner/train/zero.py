@@ -1,8 +1,10 @@
-"""DeepSpeed ZeRO-2 with optional CPU optimizer offload, behind the engine interface of engine.py.
+"""DeepSpeed ZeRO-2 / ZeRO-3 with optional CPU offload, behind the engine interface of engine.py.
 
-Used only with ``strategy: zero2`` and when deepspeed imports; otherwise the
-trainer falls back to DDP (loop.py says so in the log). On Ascend, DeepSpeed
-picks its NPU accelerator by itself once torch_npu is imported.
+Used with ``strategy: zero2`` or ``zero3``; a config naming them without
+deepspeed installed is refused before the run (requirements.py). ZeRO-2 shards
+gradients and optimizer state (``offload_optimizer``: state and step on the
+CPU); ZeRO-3 also shards the parameters (``offload_params``: on the CPU). On
+Ascend, DeepSpeed picks its NPU accelerator by itself once torch_npu is imported.
 """
 
 from __future__ import annotations
@@ -41,9 +43,28 @@ def available() -> bool:
 
 
 def ds_config(cfg: TrainConfig, prec: Precision) -> dict[str, Any]:
-    zero: dict[str, Any] = {"stage": 2, "contiguous_gradients": True, "overlap_comm": False}
-    if cfg.offload_optimizer:
+    from provisioner.train.memory import facts
+
+    buckets = facts()["deepspeed"]  # the memory plan counts these buffers
+    stage = 3 if cfg.strategy == "zero3" else 2
+    zero: dict[str, Any] = {
+        "stage": stage,
+        "contiguous_gradients": True,
+        "overlap_comm": False,
+        "reduce_bucket_size": buckets["reduce_bucket"],
+        "allgather_bucket_size": buckets["allgather_bucket"],
+    }
+    if cfg.resolved_offload_optimizer():
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    if stage == 3:
+        zero.update(
+            stage3_max_live_parameters=buckets["stage3_max_live_parameters"],
+            stage3_prefetch_bucket_size=buckets["stage3_prefetch_bucket"],
+            stage3_param_persistence_threshold=buckets["stage3_param_persistence_threshold"],
+            stage3_gather_16bit_weights_on_model_save=True,
+        )
+        if cfg.offload_params:
+            zero["offload_param"] = {"device": "cpu", "pin_memory": True}
     return {
         # Batches are built by the trainer; DeepSpeed only needs these for its bookkeeping.
         "train_micro_batch_size_per_gpu": cfg.micro_batch_size,
@@ -67,8 +88,6 @@ def ds_config(cfg: TrainConfig, prec: Precision) -> dict[str, Any]:
 
 
 class ZeroEngine:
-    name = "zero2"
-
     def __init__(
         self,
         loss_fn: nn.Module,
@@ -80,6 +99,8 @@ class ZeroEngine:
     ) -> None:
         import deepspeed
 
+        self.name = cfg.strategy
+        self.sharded = cfg.strategy == "zero3"
         self.loss_fn = loss_fn
         self.gas = cfg.gradient_accumulation_steps
         self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
@@ -93,6 +114,10 @@ class ZeroEngine:
 
     def forward(self, b: Batch) -> torch.Tensor:
         return self.engine(*b.inputs())
+
+    @property
+    def eval_module(self) -> nn.Module:
+        return self.engine
 
     def accumulating(self, more_to_come: bool) -> contextlib.AbstractContextManager[Any]:
         return contextlib.nullcontext()  # DeepSpeed tracks the accumulation boundary itself
@@ -123,3 +148,11 @@ class ZeroEngine:
         self.engine.load_checkpoint(
             str(path), tag="zero", load_optimizer_states=True, load_lr_scheduler_states=True
         )
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """Every rank takes part under ZeRO-3; rank 0 gets the whole model (in the compute dtype)."""
+        if self.sharded:
+            sd = self.engine._zero3_consolidated_16bit_state_dict() or {}
+        else:
+            sd = {k: v.detach().cpu() for k, v in self.loss_fn.state_dict().items()}
+        return {k.removeprefix("model."): v for k, v in sd.items()}

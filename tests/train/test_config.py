@@ -46,7 +46,7 @@ def test_yaml_exponent_without_dot_is_a_number(tmp_path, base):
         ("lora.rank=4", "config: lora.rank: unknown key"),
         ("max_steps=ten", "config: max_steps: expected an integer (got 'ten')"),
         ("max_steps=0", "config: max_steps: must be >= 1 (got 0)"),
-        ("method=qlora", "config: method: must be one of full, lora (got 'qlora')"),
+        ("method=qlora", "config: method: must be one of full, lora, grpo (got 'qlora')"),
         ("packing=maybe", "config: packing: must be true, false or auto (got 'maybe')"),
         ("lora.target_modules=[]", "config: lora.target_modules: must name at least one module"),
         ("eval_split=0.2", None),
@@ -99,7 +99,7 @@ def test_cli_model_dir_without_config_json(tmp_path, base):
 
 def test_cli_unknown_method(tmp_path, base):
     line = _one_line_error(_cli("--config", str(write_config(tmp_path / "c.yaml", **base, method="qlora"))))
-    assert line.endswith("config: method: must be one of full, lora (got 'qlora')")
+    assert line.endswith("config: method: must be one of full, lora, grpo (got 'qlora')")
 
 
 def test_cli_broken_data_line(tmp_path, base, alpaca_jsonl):
@@ -145,5 +145,11 @@ def test_check_validates_without_importing_torch(tmp_path, base):
     proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, env=train_env(), timeout=120)
     assert proc.returncode == 0, proc.stderr
     result, imported = proc.stdout.splitlines()
-    assert json.loads(result) == {"status": "ok", "train_records": 64, "eval_records": 0}
+    data = json.loads(result)
+    assert {k: data[k] for k in ("status", "train_records", "eval_records")} == {
+        "status": "ok",
+        "train_records": 64,
+        "eval_records": 0,
+    }
+    assert data["memory"]["fits"] is None and data["memory"]["total_gib"] > 0  # no card named: no verdict
     assert imported == "False False"

@@ -1,0 +1,279 @@
+"""The memory plan against a device: the card's HBM from the matrix, the refusal with the smallest change
+that fits, and the measured peak the run records next to the estimate (memory.py does the estimate).
+
+No torch at import: ``provision-train --check`` uses this module too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from provisioner.train.config import ConfigError, TrainConfig
+from provisioner.train.memory import (
+    GIB,
+    ModelShape,
+    Plan,
+    estimate,
+    model_shape,
+    read_model_config,
+    setup_from_config,
+)
+
+# ---- capacity: the card's HBM from the matrix -------------------------------------------------
+
+
+def card_capacity(name: str) -> tuple[float, str, bool | None]:
+    """(bytes per device, label, bf16 supported) for a card, chip family alias, or chip model name."""
+    from provisioner.errors import ProvisionError
+    from provisioner.matrix import loader
+
+    m = loader.load()
+    key = name.strip().lower()
+    try:
+        card, fam, _ = m.lookup_card(name)
+    except ProvisionError as exc:
+        # Not a card or family: a chip model as npu-smi or torch_npu names it (910B3, Ascend910B3).
+        for chip in m.rows("chips"):
+            names = [chip["model"], *chip.get("npu_smi_names", []), *chip.get("soc_names", [])]
+            if key in (str(n).lower() for n in names) and chip.get("hbm_mb"):
+                return chip["hbm_mb"] * 1024**2, f"{chip['model']} HBM", m.family(chip["family"]).get("bf16")
+        raise ConfigError(f"config: card: {exc}") from None
+    mb = card.get("memory_mb")
+    if not mb:
+        for model in card.get("chip_models", []):
+            chip = next((c for c in m.rows("chips") if c["model"] == model), {})
+            if chip and chip.get("hbm_mb"):
+                mb = chip["hbm_mb"]
+                break
+    if not mb:
+        raise ConfigError(f"config: card: the matrix has no HBM size for {card['id']}; set memory_check: false")
+    return mb * 1024**2, f"{card['id']} per-chip HBM", fam.get("bf16")
+
+
+def device_capacity(dev: Any) -> tuple[float | None, str]:
+    """HBM of the detected device: the matrix's figure for an Ascend chip, the driver's for CUDA, host RAM for CPU."""
+    if dev.type == "npu":
+        try:
+            cap, label, _ = card_capacity(dev.name)
+            return cap, label
+        except ConfigError:
+            import torch
+
+            return float(torch.npu.get_device_properties(dev.index).total_memory), f"{dev.name} (reported)"
+    if dev.type == "cuda":
+        import torch
+
+        return float(torch.cuda.get_device_properties(dev.index).total_memory), dev.name
+    return _mem_available(), "host memory available"
+
+
+def _mem_available() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return float(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+# ---- the smallest change that fits -------------------------------------------------------------
+
+
+def _candidates(cfg: TrainConfig, strategies: list[str]) -> list[dict[str, Any]]:
+    """Changes in order of how much they alter the run: checkpointing, smaller micro-batches (same
+    global batch), a sharding strategy, offload, and last LoRA."""
+    base: dict[str, Any] = {} if cfg.gradient_checkpointing else {"gradient_checkpointing": True}
+    mbs = []
+    m = cfg.micro_batch_size
+    while m > 1:
+        m //= 2
+        mbs.append(m)
+    out: list[dict[str, Any]] = [base] if base else []
+    out += [{**base, "micro_batch_size": k} for k in mbs]
+    ordered = [s for s in ("zero2", "fsdp", "zero3") if s in strategies and s != cfg.strategy]
+    for s in ordered:
+        out.append({**base, "strategy": s})
+        out += [{**base, "strategy": s, "micro_batch_size": k} for k in mbs]
+    for s in [x for x in ("zero2", "fsdp", "zero3") if x in strategies]:
+        out.append({**base, "strategy": s, "offload_optimizer": True})
+        if s in ("zero3", "fsdp"):
+            out.append({**base, "strategy": s, "offload_optimizer": True, "offload_params": True})
+    if cfg.tuning == "full":
+        key = "grpo.tuning" if cfg.method == "grpo" else "method"
+        out.append({**base, key: "lora"})
+        out += [{**base, key: "lora", "micro_batch_size": k} for k in mbs]
+    return out
+
+
+def _apply(cfg: TrainConfig, change: dict[str, Any]) -> TrainConfig:
+    new = replace(cfg, grpo=replace(cfg.grpo), lora=replace(cfg.lora))
+    for k, v in change.items():
+        if k == "grpo.tuning":
+            new.grpo.tuning = v
+        else:
+            setattr(new, k, v)
+    if "micro_batch_size" in change:  # keep the global batch
+        new.gradient_accumulation_steps = cfg.gradient_accumulation_steps * cfg.micro_batch_size // change[
+            "micro_batch_size"
+        ]
+    if "offload_optimizer" not in change and new.strategy != cfg.strategy:
+        new.offload_optimizer = False if cfg.offload_optimizer == "auto" else cfg.offload_optimizer
+    return new
+
+
+def _render(change: dict[str, Any], cfg: TrainConfig) -> list[str]:
+    words = [f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in change.items()]
+    if "micro_batch_size" in change:
+        ga = cfg.gradient_accumulation_steps * cfg.micro_batch_size // change["micro_batch_size"]
+        words.append(f"gradient_accumulation_steps={ga}")
+    return words
+
+
+def available_strategies() -> list[str]:
+    from provisioner.train.requirements import fsdp2_available, installed
+
+    out = ["ddp"]
+    if installed("deepspeed"):
+        out += ["zero2", "zero3"]
+    if fsdp2_available():
+        out.append("fsdp")
+    return out
+
+
+def plan(
+    cfg: TrainConfig,
+    world: int,
+    precision: str,
+    capacity: float | None,
+    label: str,
+    attn: str | None = None,
+    device_type: str = "npu",
+    strategies: list[str] | None = None,
+    targets: Any = None,
+) -> Plan:
+    """The plan for ``cfg``; when it does not fit, the first candidate change that does is attached.
+    ``targets``: a function of (micro-batch size, sequence length) giving the most target tokens a
+    micro-batch of this data can hold (``max_targets``); without it every token counts as a target."""
+    shape = model_shape(read_model_config(cfg.model))
+    tf = targets
+    p = _estimate_for(shape, cfg, world, precision, attn, device_type, capacity, tf)
+    p.capacity, p.capacity_label = capacity, label
+    if p.fits is False and capacity is not None:
+        for change in _candidates(cfg, strategies if strategies is not None else available_strategies()):
+            alt = _estimate_for(shape, _apply(cfg, change), world, precision, attn, device_type, capacity, tf)
+            if alt.total <= capacity:
+                p.suggestion, p.suggestion_total = _render(change, cfg), alt.total
+                break
+    return p
+
+
+def _estimate_for(
+    shape: ModelShape,
+    cfg: TrainConfig,
+    world: int,
+    precision: str,
+    attn: str | None,
+    device_type: str,
+    capacity: float | None,
+    targets: Any = None,
+) -> Plan:
+    bound = None if targets is None else targets(cfg.micro_batch_size, cfg.max_seq_len)
+    su = setup_from_config(cfg, world, precision, attn, device_type, bound)
+    p = estimate(shape, su, device_type)
+    for item in p.items:
+        if item.name == "vLLM rollout" and capacity:
+            item.bytes = p.setup.vllm_fraction * capacity
+    return p
+
+
+def refusal(p: Plan) -> str:
+    fix = (
+        f"; smallest change that fits: {' '.join(p.suggestion)} ({(p.suggestion_total or 0) / GIB:.1f} GiB)"
+        if p.suggestion
+        else "; no strategy, offload, micro-batch or LoRA change fits: use more devices or a bigger card"
+    )
+    return (
+        f"memory: the plan needs {p.total / GIB:.1f} GiB per device but {p.capacity_label} has "
+        f"{(p.capacity or 0) / GIB:.1f} GiB ({p.setup.describe()}){fix} (memory_check: false runs it anyway)"
+    )
+
+
+def max_targets(lengths: list[int], targets: list[int], packed: bool) -> Any:
+    """A bound on the target tokens of one micro-batch, from the tokenised data: packed rows hold at most
+    micro-batch x sequence tokens, and no choice of samples puts more targets into them than taking the
+    densest samples first (fractional knapsack); unpacked micro-batches hold micro-batch samples."""
+    dense = sorted(zip(lengths, targets, strict=True), key=lambda lt: -lt[1] / max(1, lt[0]))
+    most = sorted(targets, reverse=True)
+
+    def bound(micro_batch: int, seq: int) -> int:
+        if not packed:
+            return sum(most[:micro_batch])
+        room, total = micro_batch * seq, 0.0
+        for n, t in dense:
+            take = min(n, room)
+            total += t * take / max(1, n)
+            room -= take
+            if room <= 0:
+                break
+        return int(total + 0.999)
+
+    return bound
+
+
+def record(p: Plan, peak: float | None) -> dict[str, Any]:
+    """What summary.json keeps: the estimate next to the measured peak."""
+    return {
+        "estimate_gib": round(p.total / GIB, 3),
+        "estimate_without_reserve_gib": round((p.total - p.reserve) / GIB, 3),
+        "measured_peak_gib": None if peak is None else round(peak / GIB, 3),
+        "capacity_gib": None if p.capacity is None else round(p.capacity / GIB, 3),
+        "device": p.capacity_label,
+        "plan": p.to_dict(),
+    }
+
+
+# ---- the measured peak -------------------------------------------------------------------------
+
+
+class PeakMeter:
+    """Peak memory from now on: the device allocator's peak, or on CPU the peak resident set above
+    the resident set at the start (Linux resets the high-water mark through /proc/self/clear_refs)."""
+
+    def __init__(self, device_type: str) -> None:
+        self.device_type = device_type
+        if device_type == "cpu":
+            self.base = _status_kib("VmRSS")
+            try:
+                Path("/proc/self/clear_refs").write_text("5")
+                self.reset = True
+            except OSError:
+                self.reset = False
+        else:
+            import torch
+
+            mod = getattr(torch, device_type)
+            mod.reset_peak_memory_stats()
+            self.base = mod.memory_allocated() / 1024
+
+    def peak_bytes(self) -> float | None:
+        if self.device_type == "cpu":
+            hwm = _status_kib("VmHWM")
+            if hwm is None or self.base is None or not self.reset:
+                return None
+            return max(0.0, (hwm - self.base) * 1024)
+        import torch
+
+        return float(getattr(torch, self.device_type).max_memory_allocated()) - (self.base or 0) * 1024
+
+
+def _status_kib(key: str) -> float | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return float(line.split()[1])
+    except OSError:
+        return None
+    return None
