@@ -30,9 +30,9 @@ def cli() -> None:
 
 def _register() -> None:
     # Command modules are small and import only click at module level.
-    from provisioner.cli import audit_cmds, device_cmds, image_cmds, launch_cmds, matrix_cmds
+    from provisioner.cli import audit_cmds, device_cmds, image_cmds, launch_cmds, matrix_cmds, selftest_cmds
 
-    for module in (matrix_cmds, device_cmds, launch_cmds, audit_cmds, image_cmds):
+    for module in (matrix_cmds, device_cmds, launch_cmds, selftest_cmds, audit_cmds, image_cmds):
         module.register(cli)
 
 

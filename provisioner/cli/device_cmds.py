@@ -72,7 +72,7 @@ def _launch_options(f, node_rank: bool = True):
         click.option("--hccl-if-ip", "hccl_if_ip", help="HCCL_IF_IP: this host's IP for HCCL (multi-node)."),
         click.option("--socket-ifname", "socket_ifname", help="HCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME (e.g. eth0 or =eth0)."),
         click.option("--hccl-connect-timeout", "hccl_connect_timeout", help="Seconds (120-7200) for HCCL link setup."),
-        click.option("--hccl-exec-timeout", "hccl_exec_timeout", help="Seconds (68-17340) a collective may wait."),
+        click.option("--hccl-exec-timeout", "hccl_exec_timeout", help="Seconds (68-17340; 0: never) a collective may wait."),
         click.option("--task", type=click.Choice(["train", "inference"]), help="Refuse cards that cannot train when train (default: train)."),
     ]
     for o in reversed(opts):

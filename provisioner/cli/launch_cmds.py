@@ -21,6 +21,8 @@ def register(group: click.Group) -> None:
 @click.option("--image", required=True, help="Image to run (local to the engine; e.g. one `provision build` made).")
 @click.option("--check", is_flag=True, help="Run the collective smoke test (all_reduce over every chip) first; stop if it fails.")
 @click.option("--check-only", "check_only", is_flag=True, help="Run only the collective smoke test.")
+@click.option("--selftest", is_flag=True, help="Run the self-test first (chips, attention, fused optimizer, HCCL, three "
+              "training steps with the job's own --config); stop if it fails. `provision selftest` runs only it.")
 @click.option("--module", help="Python module torchrun starts instead of the trainer (ARGS go to it).")
 @click.option("--script", help="Script path inside the container that torchrun starts (ARGS go to it).")
 @click.option("--exec", "exec_", is_flag=True, help="ARGS are the whole command, run as given (no torchrun added).")
@@ -43,8 +45,8 @@ def register(group: click.Group) -> None:
 @click.option("--dry-run", "dry_run", is_flag=True, help="With --job: validate and show the steps; write and start nothing.")
 @json_option
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def launch_cmd(overlays, as_json, image, check, check_only, module, script, exec_, env, volumes, workdir, network, mode,
-               user, name, rank_table, labels, keep, stop_timeout, no_init, job_file, dry_run, args, **kw):
+def launch_cmd(overlays, as_json, image, check, check_only, selftest, module, script, exec_, env, volumes, workdir, network,
+               mode, user, name, rank_table, labels, keep, stop_timeout, no_init, job_file, dry_run, args, **kw):
     """Run torchrun in a container with exactly the chips in --devices, stream its logs, return its exit code.
 
     \b
@@ -112,7 +114,8 @@ def launch_cmd(overlays, as_json, image, check, check_only, module, script, exec
         if spec is not None:
             return _launch_job(m, spec, engine, info, plan, notes, kw, as_json, dry_run, check, user_env, mounts,
                                network, keep, name, stop_timeout, extra_labels, not no_init)
-        job = launch.Job(plan=plan, image=info, target=target, check=check or check_only, env=user_env,
+        job = launch.Job(plan=plan, image=info, target=target, check=check or check_only, selftest=selftest,
+                         selftest_args=target.trainer_config_args() if target else (), env=user_env,
                          volumes=mounts, workdir=workdir, network=network, init=not no_init, keep=keep, name=name,
                          stop_timeout=stop_timeout, notes=tuple(notes), labels=extra_labels)
         out, err = (sys.stderr, sys.stderr) if as_json else (sys.stdout, sys.stderr)

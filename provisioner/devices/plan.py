@@ -226,6 +226,7 @@ def plan(matrix, opts: Options) -> DevicePlan:
         "nproc_per_node": str(len(ids)),
     }
     env = _env(matrix, options, len(ids) * multi.nnodes > 1, multi.nnodes > 1) + env_extra
+    env = _gloo_env(env, opts, notes)
     multi = replace(multi, master_port=next((e.value for e in env if e.name == "MASTER_PORT"), None))
 
     runtime_env: list[tuple[str, str]] = []
@@ -486,10 +487,26 @@ def _env(matrix, options: dict, distributed: bool, multi_node: bool) -> list[Env
     return out
 
 
+def _gloo_env(env: list[EnvVar], opts: Options, notes: list[str]) -> list[EnvVar]:
+    """GLOO_SOCKET_IFNAME in Gloo's syntax (exact names), derived from the HCCL_SOCKET_IFNAME value."""
+    from provisioner.devices import netif
+
+    if not opts.socket_ifname or not any(e.name == "GLOO_SOCKET_IFNAME" for e in env):
+        return env
+    # A run on this host resolves prefixes against its interfaces; a spec for other hosts (CDI, K8s) cannot.
+    interfaces = netif.host_interfaces(opts.root) if opts.check_in_use else None
+    value, note = netif.gloo_ifname(opts.socket_ifname, interfaces)
+    if note:
+        notes.append(note)
+    return [replace(e, value=value) if e.name == "GLOO_SOCKET_IFNAME" else e for e in env]
+
+
 def _check_range(name: str, value: str, bounds: str) -> None:
-    lo, _, hi = bounds.partition("..")
-    if not value.isdigit() or not int(lo) <= int(value) <= int(hi):
-        raise ProvisionError(f"{name}={value!r}: must be a whole number of seconds in [{lo}, {hi}]")
+    """`bounds`: inclusive ranges `lo..hi` or single values, separated by commas (e.g. 0,68..17340)."""
+    parts = [p.strip().partition("..") for p in bounds.split(",")]
+    if not value.isdigit() or not any(int(lo) <= int(value) <= int(hi or lo) for lo, _, hi in parts):
+        shown = " or ".join(f"[{lo}, {hi}]" if hi else lo for lo, _, hi in parts)
+        raise ProvisionError(f"{name}={value!r}: must be a whole number of seconds in {shown}")
 
 
 def _check_stack(matrix, stack: dict, family: dict, host_driver: str | None, notes, refusals) -> dict:

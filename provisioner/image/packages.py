@@ -59,15 +59,19 @@ def _matches(specs, version: str) -> bool:
 
 
 def select(matrix, stack: Mapping[str, Any]) -> dict:
-    """The package set for a stack: the last row (overlays come last) whose framework and Python ranges match."""
+    """The package set for a stack: the last row (overlays come last) whose framework, Python and (where the
+    row names one) CANN ranges match. A CANN range exists for what the CANN decides, not torch: numpy 2
+    with CANN before 9.0 fails torch_npu's set_device, so the torch 2.8/2.9 sets have a numpy-1 twin for it."""
     from provisioner.matrix.versions import PyRange
 
     if stack["framework"] == "mindspore":
         field_, version = "mindspore", stack["mindspore"]["version"]
     else:
         field_, version = "torch", stack["torch"]["version"]
+    cann = (stack.get("cann") or {}).get("version")
     rows = matrix.rows("packages") if "packages" in matrix.data else []
-    hits = [r for r in rows if r.get(field_) and _matches(r[field_], version)]
+    hits = [r for r in rows if r.get(field_) and _matches(r[field_], version)
+            and (not r.get("cann") or (cann is not None and _matches(r["cann"], cann)))]
     fits = [r for r in hits if stack["python"] in PyRange(r["python"])]
     if not fits:
         label = "MindSpore" if field_ == "mindspore" else "torch"

@@ -162,6 +162,7 @@ def render(matrix, stack: Mapping[str, Any], recipe, user: User | None = None, p
     lock_sha = hashlib.sha256(lock.encode()).hexdigest()
     tag = validate.image_ref(image_tag(stack, recipe, user), "image tag")
     label_map = labels(stack, recipe, tag, proj, lock_sha, row["id"], fw)
+    ds_ops = _deepspeed_ops(stack, recipe)
 
     values = dict(
         stack=stack, recipe=recipe, layers=layers, labels=label_map, user=user,
@@ -171,6 +172,7 @@ def render(matrix, stack: Mapping[str, Any], recipe, user: User | None = None, p
         checkouts=fw["checkouts"] if fw else [], layout=fw["layout"] if fw else [],
         runtime=fw["runtime"] if fw else None, commands=recipe.commands if fw else {},
         accept=[f"{c['package']}:{c['requires']}" for c in fw["plan"].accepted] if fw else [],
+        deepspeed_ops=ds_ops,
     )
     dockerfile = render_template(recipe.template, **values)
     ctx = Context(files={}, modes={}, tag=tag, manifest={}, dockerfile=dockerfile)
@@ -194,6 +196,8 @@ def render(matrix, stack: Mapping[str, Any], recipe, user: User | None = None, p
     ctx.add("files/rootfs/etc/provision/cann-env.sh", raw("files/cann-env.sh"))
     ctx.add("files/rootfs/etc/profile.d/provision-cann.sh", raw("files/profile-cann.sh"))
     ctx.add("files/rootfs/usr/local/bin/provision-entrypoint", raw("files/entrypoint.sh"), EXECUTABLE)
+    if ds_ops:
+        ctx.add("files/ds-prebuild.sh", raw("files/ds-prebuild.sh"), EXECUTABLE)
     # `provision doctor` inside the image checks what it finds against this (the labels carry the same).
     ctx.add("files/rootfs/etc/provision/stack.json", (json.dumps(stack, indent=2, ensure_ascii=False) + "\n").encode())
     for rel, content in build_inputs().items():
@@ -223,6 +227,21 @@ def build_inputs(pip_conf: str | None = None, gitconfig: str | None = None) -> d
         "ca/README": raw("build/ca-README"),
         "wheelhouse/README": raw("build/wheelhouse-README"),
     }
+
+
+_OP = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def _deepspeed_ops(stack: Mapping[str, Any], recipe) -> list[str]:
+    """DeepSpeed operators the recipe pre-builds when the stack has --with deepspeed (recipe extras.deepspeed.
+    prebuild_ops, e.g. [cpu_adam]); names are checked, since they reach a RUN line."""
+    if "deepspeed" not in (stack.get("extras") or {}):
+        return []
+    ops = ((recipe.extras or {}).get("deepspeed") or {}).get("prebuild_ops") or []
+    if not isinstance(ops, list) or not all(isinstance(op, str) and _OP.match(op) for op in ops):
+        raise ProvisionError(f"{recipe.at}: extras.deepspeed.prebuild_ops must list DeepSpeed op names such as"
+                             f" cpu_adam (got {ops!r})")
+    return list(ops)
 
 
 _VENV = "/opt/venv"  # the template's venv path: the command wrappers call its Python

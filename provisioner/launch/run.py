@@ -3,8 +3,10 @@
     plan (devices.plan) ─▶ container kwargs (runline.docker_kwargs + command, env, labels)
         ─▶ create ─▶ start ─▶ stream logs (rank-prefixed lines) ─▶ wait ─▶ exit code ─▶ remove
 
-An optional collective check (`provisioner.launch.collective` under torchrun, in its
-own container) runs first and stops the launch when it fails. SIGINT, SIGTERM
+An optional self-test (`provisioner.train.selftest` under torchrun: the chips, the
+attention, the fused optimizer, HCCL and three training steps with the job's own
+trainer config) and an optional collective check (`provisioner.launch.collective`),
+each in its own container, run first and stop the launch when they fail. SIGINT, SIGTERM
 and SIGHUP during a run stop the container (Docker sends SIGTERM to its init,
 which passes it to torchrun, which stops its workers), then remove it; a second
 signal kills it at once. An intended stop reads as one closing line: what the
@@ -38,6 +40,8 @@ from provisioner.errors import ProvisionError
 from provisioner.launch import logstream, torchrun
 from provisioner.launch.collective import SCHEMA as COLLECTIVE_SCHEMA
 
+SELFTEST_SCHEMA = "provision.selftest/1"
+
 SCHEMA = "provision.launch/1"
 LABEL = "org.provision.launch"
 ROLE_LABEL = "org.provision.launch.role"
@@ -55,9 +59,11 @@ class Job:
 
     plan: DevicePlan
     image: ImageInfo
-    target: torchrun.Target | None  # None: only the check
+    target: torchrun.Target | None  # None: only the self-test and/or the check
     check: bool = False
     check_args: tuple[str, ...] = ()
+    selftest: bool = False
+    selftest_args: tuple[str, ...] = ()  # the trainer config (--config FILE, key=value) it tests
     env: dict[str, str] = field(default_factory=dict)  # -e, over the launch defaults
     volumes: list[tuple[str, str, str]] = field(default_factory=list)  # (host, container, ro|rw)
     workdir: str | None = None
@@ -77,7 +83,7 @@ class Job:
 
 @dataclass
 class RunResult:
-    role: str  # check | run
+    role: str  # selftest | check | run
     container: str
     command: list[str]
     exit_code: int | None = None
@@ -88,6 +94,7 @@ class RunResult:
     tail: list[str] = field(default_factory=list)
     ranks: list[int] = field(default_factory=list)
     collective: dict | None = None  # the check's provision.collective/1 document
+    selftest: dict | None = None  # the self-test's provision.selftest/1 document
 
 
 # -- engine ---------------------------------------------------------------------------------
@@ -160,7 +167,7 @@ def parse_labels(items: list[str] | tuple[str, ...]) -> dict[str, str]:
 
 def container_kwargs(job: Job, role: str, command: list[str], env: dict[str, str]) -> dict:
     """docker-py `containers.create` kwargs: the plan's, plus the command, env, volumes and labels."""
-    name = job.container_name + ("-check" if role == "check" else "")
+    name = job.container_name + ("" if role == "run" else f"-{role}")
     kw = runline.docker_kwargs(job.plan, job.image.ref, command, name)
     kw["environment"] = {**kw["environment"], **env}
     taken = {v["bind"]: h for h, v in kw["volumes"].items()}
@@ -358,46 +365,61 @@ def run(job: Job, engine: Engine, out: TextIO | None = sys.stdout, err: TextIO |
     """Run the check (if asked) and the job; return the `provision.launch/1` summary document."""
     extra_env, nproc = torchrun.environment(job.plan, job.env, job.image.env)
     started = time.monotonic()
+    selftest: RunResult | None = None
     check: RunResult | None = None
     main: RunResult | None = None
     with SignalGuard() as guard:
-        if job.check:
+        if job.selftest:
+            cmd = torchrun.command(job.plan, torchrun.Target.selftest(job.selftest_args), nproc)
+            kw = container_kwargs(job, "selftest", cmd, extra_env)
+            found_st: dict = {}
+            _say(err, f"run {job.run_id}: self-test in {kw['name']}: $ {_join(cmd)}")
+            selftest = run_container(engine, kw, "selftest", guard, out, err, job.keep, job.stop_timeout,
+                                     on_line=lambda line: _document(line, SELFTEST_SCHEMA, found_st))
+            selftest.selftest = found_st.get("doc")
+        if job.check and (selftest is None or passed(selftest)):
             cmd = torchrun.command(job.plan, torchrun.Target.check(job.check_args), nproc)
             kw = container_kwargs(job, "check", cmd, extra_env)
             found: dict = {}
             _say(err, f"run {job.run_id}: collective check in {kw['name']}: $ {_join(cmd)}")
             check = run_container(engine, kw, "check", guard, out, err, job.keep, job.stop_timeout,
-                                  on_line=lambda line: _collective(line, found))
+                                  on_line=lambda line: _document(line, COLLECTIVE_SCHEMA, found))
             check.collective = found.get("doc")
-        if job.target is not None and (check is None or passed(check)):
+        if job.target is not None and (selftest is None or passed(selftest)) and (
+                check is None or passed(check)):
             cmd = torchrun.command(job.plan, job.target, nproc)
             kw = container_kwargs(job, "run", cmd, extra_env)
             _say(err, f"run {job.run_id}: {job.target.kind} in {kw['name']}: $ {_join(cmd)}")
             main = run_container(engine, kw, "run", guard, out, err, job.keep, job.stop_timeout)
     # Everything launch sets in the container: the plan's variables, then its own and -e.
     env = {**dict(job.plan.runtime_env), **{e.name: e.value for e in job.plan.env if e.value is not None}, **extra_env}
-    return summary(job, check, main, nproc, env, time.monotonic() - started)
+    return summary(job, check, main, nproc, env, time.monotonic() - started, selftest)
 
 
-def passed(check: RunResult) -> bool:
-    """The check exited 0 and printed a result with every sum right."""
-    return check.exit_code == 0 and not check.signal and (check.collective or {}).get("status") == "ok"
+def passed(result: RunResult) -> bool:
+    """The collective check or self-test exited 0 and its document says ok (every sum right; every check passed
+    or does not apply)."""
+    doc = result.selftest if result.role == "selftest" else result.collective
+    return result.exit_code == 0 and not result.signal and (doc or {}).get("status") == "ok"
 
 
-def _collective(line: str, found: dict) -> None:
+def _document(line: str, schema: str, found: dict) -> None:
     _, text = logstream.strip_rank(line)
-    if text.startswith('{"schema":"' + COLLECTIVE_SCHEMA):
+    if text.startswith('{"schema":"' + schema):
         try:
             found["doc"] = json.loads(text)
         except ValueError:
             pass
 
 
-def summary(job: Job, check: RunResult | None, main: RunResult | None, nproc: int, env: dict, took: float) -> dict:
-    last = main or check
+def summary(job: Job, check: RunResult | None, main: RunResult | None, nproc: int, env: dict, took: float,
+            selftest: RunResult | None = None) -> dict:
+    last = main or check or selftest
     assert last is not None
     if last.signal:
         status = "interrupted"
+    elif selftest and not passed(selftest):
+        status = "selftest-failed"
     elif check and not passed(check):
         status = "check-failed"
     else:
@@ -427,10 +449,22 @@ def summary(job: Job, check: RunResult | None, main: RunResult | None, nproc: in
         "error": last.error,
         "log_tail": last.tail,
         "check": None,
+        "selftest": None,
         "check_only": job.target is None,
         "environment": env,
         "notes": list(job.notes) + list(job.plan.notes),
     }
+    if selftest:
+        doc["selftest"] = {
+            "container": selftest.container,
+            "command": selftest.command,
+            "exit_code": selftest.exit_code,
+            "signal": selftest.signal,
+            "duration_s": selftest.duration_s,
+            "kept": selftest.kept,
+            "result": selftest.selftest,
+            "error": selftest.error,
+        }
     if check:
         doc["check"] = {
             "container": check.container,
@@ -457,6 +491,18 @@ def exit_code(doc: dict) -> int:
 def describe(doc: dict) -> list[str]:
     """The closing lines for a person (stderr)."""
     lines = []
+    st = doc.get("selftest")
+    if st:
+        res = st["result"]
+        if res and res.get("status") == "ok":
+            ran = sum(c["status"] == "ok" for c in res["checks"])
+            lines.append(f"self-test ok: {ran} checks passed on {res['world_size']} worker(s), "
+                         f"{len(res['checks']) - ran} not applicable")
+        elif not st["signal"]:
+            failed = [c["id"] for c in (res or {}).get("checks", []) if c["status"] == "fail"]
+            why = f"failed checks: {', '.join(failed)}" if failed else (st["error"] or "no result printed")
+            skipped = "; the run was not started" if doc["container"] == st["container"] and not doc["check_only"] else ""
+            lines.append(f"self-test FAILED (exit {st['exit_code']}): {why}{skipped}")
     chk = doc["check"]
     if chk:
         res = chk["result"]

@@ -15,6 +15,7 @@ from provisioner.errors import ProvisionError
 
 TRAIN_MODULE = "provisioner.train"
 CHECK_MODULE = "provisioner.launch.collective"
+SELFTEST_MODULE = "provisioner.train.selftest"
 # torchrun's --tee copies each worker's output to its own stdout/stderr with this
 # prefix (a string.Template; ${rank} is the global rank, so the prefix names the
 # same rank on every node). LAUNCH_ENV below sets the template.
@@ -48,6 +49,32 @@ class Target:
     @classmethod
     def check(cls, args: list[str] | tuple[str, ...] = ()) -> Target:
         return cls("module", CHECK_MODULE, tuple(args))
+
+    @classmethod
+    def selftest(cls, args: list[str] | tuple[str, ...] = ()) -> Target:
+        return cls("module", SELFTEST_MODULE, tuple(args))
+
+    def trainer_config_args(self) -> tuple[str, ...]:
+        """The trainer's --config and key=value overrides (what the self-test takes), from a train target."""
+        if self.kind != "module" or self.value != TRAIN_MODULE:
+            return ()
+        out: list[str] = []
+        args = list(self.args)
+        i = 0
+        while i < len(args):
+            arg = args[i]
+            if arg == "--config" and i + 1 < len(args):
+                out += ["--config", args[i + 1]]
+                i += 2
+                continue
+            if arg.startswith("--config="):
+                out.append(arg)
+            elif "=" in arg and not arg.startswith("-"):
+                out.append(arg)
+            elif arg == "--resume":
+                i += 1  # and its value
+            i += 1
+        return tuple(out)
 
     def __post_init__(self) -> None:
         if self.kind not in ("module", "script", "exec"):

@@ -274,7 +274,7 @@ SECTIONS: dict[str, Section] = {
     "packages": Section(
         "id",
         {"id": STR, "python": PY, "resolved_with": list_of(STR), "pins": MAP, "lock": list_of(STR)},
-        {"torch": opt(SPECS), "mindspore": opt(SPECS), "extras": opt(MAP), **NOTES},
+        {"torch": opt(SPECS), "mindspore": opt(SPECS), "cann": opt(SPECS), "extras": opt(MAP), **NOTES},
         doc="complete package locks an image installs beside torch/torch_npu or MindSpore (checked in packages.py)",
     ),
     "profiles": Section(

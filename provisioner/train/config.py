@@ -86,7 +86,7 @@ class TrainConfig:
     attn_implementation: str = "auto"
     packing: bool | str = "auto"
     loss_chunk_tokens: int = 8192
-    npu_jit_compile: bool = False
+    npu_jit_compile: bool | str = "auto"  # auto: the chip family's mode (train/ascend.yaml)
     strategy: str = "ddp"
     offload_optimizer: bool | str = "auto"  # auto: on for zero2 (as before), off for zero3 and fsdp
     offload_params: bool = False  # zero3/fsdp: parameters (and, for fsdp, gradients) live on the CPU
@@ -116,7 +116,7 @@ class TrainConfig:
     metrics_file: str = "metrics.jsonl"
     progress_bar: bool | str = "auto"
     peak_tflops: float | None = None
-    dist_timeout_s: int = 1800
+    dist_timeout_s: int | None = None  # None: 1800 s, longer than HCCL_EXEC_TIMEOUT when that is set
 
     def resolved_learning_rate(self) -> float:
         if self.learning_rate is not None:
@@ -182,7 +182,7 @@ def validate(cfg: TrainConfig) -> None:
         value = getattr(cfg, name)
         if value not in allowed:
             raise ConfigError(f"config: {name}: must be one of {', '.join(allowed)} (got {value!r})")
-    for name in ("packing", "progress_bar", "offload_optimizer"):
+    for name in ("packing", "progress_bar", "offload_optimizer", "npu_jit_compile"):
         if getattr(cfg, name) not in (True, False, "auto"):
             raise ConfigError(f"config: {name}: must be true, false or auto (got {getattr(cfg, name)!r})")
     _check_model_dir("model", cfg.model)
@@ -203,7 +203,6 @@ def validate(cfg: TrainConfig) -> None:
         "micro_batch_size",
         "gradient_accumulation_steps",
         "logging_steps",
-        "dist_timeout_s",
     )
     for name in positive_ints:
         if getattr(cfg, name) < 1:
@@ -213,6 +212,8 @@ def validate(cfg: TrainConfig) -> None:
             raise ConfigError(f"config: {name}: must be >= 0 (got {getattr(cfg, name)})")
     if cfg.max_seq_len < 16:
         raise ConfigError(f"config: max_seq_len: must be >= 16 (got {cfg.max_seq_len})")
+    if cfg.dist_timeout_s is not None and cfg.dist_timeout_s < 1:
+        raise ConfigError(f"config: dist_timeout_s: must be >= 1 (got {cfg.dist_timeout_s})")
     if cfg.max_steps is not None and cfg.max_steps < 1:
         raise ConfigError(f"config: max_steps: must be >= 1 (got {cfg.max_steps})")
     if cfg.max_steps is None and cfg.num_epochs <= 0:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from provisioner.train.ascend import SocFamily, soc_family
 from provisioner.train.config import ConfigError
 
 _CANN_DIRS = ("/usr/local/Ascend/ascend-toolkit", "/usr/local/Ascend/cann")
@@ -68,6 +69,12 @@ class DeviceInfo:
     index: int
     backend: str  # process-group backend: "hccl" | "nccl" | "gloo"
     name: str  # device model, e.g. "Ascend910B3", "NVIDIA H200", "cpu"
+    # NPU only: the SoC's family (ascend.yaml; None when the SoC is not listed), whether the chip has
+    # Inf/NaN mode (False: saturation mode, overflow is only visible in the float status flag), and the
+    # compile mode in force (True: online JIT compilation, False: binary operators).
+    soc_family: SocFamily | None = None
+    inf_nan: bool | None = None
+    jit_compile: bool | None = None
 
     @property
     def torch_device(self) -> Any:
@@ -76,7 +83,7 @@ class DeviceInfo:
         return torch.device("cpu") if self.type == "cpu" else torch.device(self.type, self.index)
 
 
-def detect(local_rank: int, jit_compile: bool = False) -> DeviceInfo:
+def detect(local_rank: int, jit_compile: bool | str = "auto") -> DeviceInfo:
     """Pick the device for this process; ``local_rank`` indexes the visible devices."""
     import torch
 
@@ -84,15 +91,28 @@ def detect(local_rank: int, jit_compile: bool = False) -> DeviceInfo:
         count = torch.npu.device_count()
         _check_rank(local_rank, count, "NPU", "ASCEND_RT_VISIBLE_DEVICES")
         torch.npu.set_device(local_rank)
-        # Binary (pre-compiled) operators: online JIT compilation is slow and off by default.
-        torch.npu.set_compile_mode(jit_compile=jit_compile)
-        return DeviceInfo("npu", local_rank, "hccl", str(torch.npu.get_device_name(local_rank)))
+        return _npu_info(local_rank, jit_compile)
     if torch.cuda.is_available():
         count = torch.cuda.device_count()
         _check_rank(local_rank, count, "CUDA device", "CUDA_VISIBLE_DEVICES")
         torch.cuda.set_device(local_rank)
         return DeviceInfo("cuda", local_rank, "nccl", torch.cuda.get_device_name(local_rank))
     return DeviceInfo("cpu", 0, "gloo", "cpu")
+
+
+def _npu_info(index: int, jit_compile: bool | str) -> DeviceInfo:
+    import torch
+    import torch_npu
+
+    name = str(torch.npu.get_device_name(index))
+    family = soc_family(name)
+    # auto: the chip family's mode (binary operators from Atlas A2 on; online compilation on the
+    # first-generation 910, which has no binary operator packages); unknown chips keep CANN's default.
+    mode = (family.jit_compile if family is not None else None) if jit_compile == "auto" else bool(jit_compile)
+    if mode is not None:
+        torch.npu.set_compile_mode(jit_compile=mode)
+    in_force = not torch_npu.npu.is_jit_compile_false() if hasattr(torch_npu.npu, "is_jit_compile_false") else mode
+    return DeviceInfo("npu", index, "hccl", name, family, bool(torch_npu.npu.utils.is_support_inf_nan()), in_force)
 
 
 def _check_rank(local_rank: int, count: int, what: str, env: str) -> None:

@@ -1,4 +1,4 @@
-"""The process group: torchrun's RANK/WORLD_SIZE/LOCAL_RANK, and the few collectives we use.
+"""The process group: torchrun's RANK/WORLD_SIZE/LOCAL_RANK, its timeout, and the few collectives we use.
 
 Only SUM reductions: ReduceOp.AVG is not available on HCCL.
 """
@@ -13,7 +13,14 @@ from typing import Any
 import torch
 import torch.distributed as torch_dist
 
+from provisioner.train.config import ConfigError
 from provisioner.train.device import DeviceInfo
+
+DEFAULT_TIMEOUT_S = 1800
+# Above HCCL's own execution timeout, so a hung collective is reported by HCCL (with its plog) first.
+HCCL_MARGIN_S = 300
+# HCCL_EXEC_TIMEOUT=0 means "never time out"; the process group then waits a week.
+NEVER_S = 7 * 24 * 3600
 
 
 @dataclass(frozen=True)
@@ -33,6 +40,33 @@ def from_env() -> World:
         local_rank=int(os.environ.get("LOCAL_RANK", "0")),
         size=int(os.environ.get("WORLD_SIZE", "1")),
     )
+
+
+def hccl_exec_timeout(env: dict | None = None) -> int | None:
+    raw = (os.environ if env is None else env).get("HCCL_EXEC_TIMEOUT")
+    if raw is None or not raw.strip():
+        return None
+    if not raw.strip().isdigit():
+        raise ConfigError(f"HCCL_EXEC_TIMEOUT={raw!r}: must be a whole number of seconds (0: never time out)")
+    return int(raw)
+
+
+def timeout_s(configured: int | None, dev: DeviceInfo, env: dict | None = None) -> int:
+    """The process-group timeout. On the NPU it must exceed HCCL_EXEC_TIMEOUT: torch_npu warns that HCCL's
+    plog may not be recorded when the watchdog timeout set by init_process_group is less than or equal to
+    the HCCL execution timeout, and treats HCCL_EXEC_TIMEOUT=0 as never (libtorch_npu.so, ProcessGroupHCCL)."""
+    exec_s = hccl_exec_timeout(env) if dev.type == "npu" else None
+    if configured is not None:
+        if exec_s is not None and (exec_s == 0 or configured <= exec_s):
+            shown = "0 (never)" if exec_s == 0 else f"{exec_s} s"
+            raise ConfigError(f"config: dist_timeout_s: {configured} s does not exceed HCCL_EXEC_TIMEOUT={shown}; "
+                              "raise it or leave it unset (then it follows HCCL_EXEC_TIMEOUT)")
+        return configured
+    if exec_s is None:
+        return DEFAULT_TIMEOUT_S
+    if exec_s == 0:
+        return NEVER_S
+    return max(DEFAULT_TIMEOUT_S, exec_s + HCCL_MARGIN_S)
 
 
 def init(world: World, dev: DeviceInfo, timeout_s: int) -> None:

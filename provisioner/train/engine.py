@@ -19,7 +19,13 @@ from provisioner.train import checkpoint as ckpt
 from provisioner.train.config import TrainConfig
 from provisioner.train.device import DeviceInfo, Precision, grad_scaler
 from provisioner.train.dist import World
-from provisioner.train.optim import build_optimizer, build_scheduler, clip_gradients, optimizer_kind
+from provisioner.train.optim import (
+    build_optimizer,
+    build_scheduler,
+    clip_gradients,
+    optimizer_kind,
+    zero_grad,
+)
 from provisioner.train.packing import Batch
 
 
@@ -82,7 +88,7 @@ class PlainEngine:
         else:
             self.optimizer.step()
         self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        zero_grad(self.optimizer)
         return norm
 
     @property

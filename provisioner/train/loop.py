@@ -23,10 +23,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from provisioner.train import ascend, dist, memory, memory_fit
 from provisioner.train import checkpoint as ckpt
 from provisioner.train import device as devmod
-from provisioner.train import dist, memory, memory_fit
 from provisioner.train import strategy as strat
+from provisioner.train.attention import FLASH, fix_flash_autocast, pick_attention
 from provisioner.train.chatml import resolve_template, tokenize
 from provisioner.train.config import ConfigError, TrainConfig, dump_config
 from provisioner.train.data import Conversation, load_conversations
@@ -39,7 +40,6 @@ from provisioner.train.model import (
     load_tokenizer,
     make_batch,
     packing_works,
-    pick_attention,
 )
 from provisioner.train.plot import loss_curve
 from provisioner.train.sampler import MicroBatchStream, steps_for_epochs
@@ -66,7 +66,7 @@ def run(cfg: TrainConfig, resume: str | None = None) -> dict[str, Any]:
         return run_grpo(cfg, resume)
     world = dist.from_env()
     dev = devmod.detect(world.local_rank, cfg.npu_jit_compile)
-    dist.init(world, dev, cfg.dist_timeout_s)
+    dist.init(world, dev, dist.timeout_s(cfg.dist_timeout_s, dev))
     try:
         return Trainer(cfg, world, dev).train(resume)
     finally:
@@ -120,7 +120,14 @@ class Trainer:
         """The memory plan against this device, before any weight is loaded; refuse what cannot fit."""
         cfg, dev = self.cfg, self.dev
         self.prec = devmod.choose_precision(cfg.precision, dev)
+        if cfg.strategy == "zero2":
+            from provisioner.train import zero
+
+            zero.check_supported(dev, self.prec)
         self.attn = pick_attention(cfg.attn_implementation, dev)
+        if fix_flash_autocast(dev, self.prec, self.attn):
+            self._info(f"NPU flash attention runs in {self.prec.name}: this transformers would run fp32 queries "
+                       "in fp32 (its autocast check is CUDA-only)")
         if self.attn == "sdpa" and cfg.packing is not False:
             # No varlen kernel here: attend per packed sequence instead of over a masked row.
             from provisioner.train import packed_attention
@@ -171,6 +178,10 @@ class Trainer:
             if not ok:
                 self._info("packing disabled: this model/attention does not keep packed samples apart")
             self.packing = ok
+        # One varlen npu_fusion_attention call takes at most so many sequences: cap a flat packed batch.
+        self.max_seqs = (
+            ascend.max_varlen_sequences() if dev.type == "npu" and self.attn in FLASH and self.packing else None
+        )
         self.shape = flop_shape(self.model, cfg.method == "full")
         self.peak = peak_tflops(dev.name, dev.type, self.prec.name, cfg.peak_tflops)
 
@@ -205,6 +216,7 @@ class Trainer:
             cfg.max_seq_len,
             self.packing,
             self.data_seed,
+            max_seqs=self.max_seqs,
         )
         total_steps = cfg.max_steps or steps_for_epochs(self.stream, cfg.num_epochs, per_step)
         engine = self.engine = self._make_engine(total_steps)
@@ -366,6 +378,7 @@ class Trainer:
             self.packing,
             0,
             shuffle=False,
+            max_seqs=self.max_seqs,
         )
         total = torch.zeros((), dtype=torch.float64)
         targets = 0
@@ -462,8 +475,10 @@ class Trainer:
             "precision": self.prec.name,
             "attn_implementation": self.attn,
             "packing": self.packing,
+            "npu": self._npu_facts(),
             "template": self.template,
             "strategy": engine.name,
+            "optimizer": type(getattr(engine, "optimizer", None)).__name__,
             "method": cfg.method,
             "train_samples": len(self.train_ex),
             "dropped_samples": self.dropped,
@@ -479,6 +494,17 @@ class Trainer:
         if self.world.is_main:
             (self.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
         return summary
+
+    def _npu_facts(self) -> dict[str, Any] | None:
+        dev = self.dev
+        if dev.type != "npu":
+            return None
+        return {
+            "soc_family": dev.soc_family.id if dev.soc_family else None,
+            "inf_nan": dev.inf_nan,
+            "jit_compile": dev.jit_compile,
+            "max_seqs_per_batch": self.max_seqs,
+        }
 
     def _metric_rows(self) -> list[dict[str, Any]]:
         path = self.out / self.cfg.metrics_file

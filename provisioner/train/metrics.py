@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -50,9 +51,8 @@ def peak_tflops(device_name: str, device_type: str, precision: str, override: fl
     if device_type == "cpu":
         return None
     table = yaml.safe_load(PEAKS_FILE.read_text()) or []
-    name = device_name.lower()
     for row in table:
-        if str(row["match"]).lower() in name:
+        if re.search(str(row["match"]), device_name, re.IGNORECASE):
             value = row.get(precision)
             return float(value) if value is not None else None
     return None

@@ -9,7 +9,6 @@ projection, and the full [tokens, vocab] logits are never materialised
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,12 +17,11 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from provisioner.train.attention import FLASH
 from provisioner.train.chatml import Example
 from provisioner.train.config import ConfigError, TrainConfig
 from provisioner.train.device import DeviceInfo, Precision
 from provisioner.train.packing import Batch, collate_packed, collate_padded
-
-FLASH = ("flash_attention_2", "flash_attention_3")
 
 
 def load_tokenizer(path: str, trust_remote_code: bool = False) -> Any:
@@ -36,18 +34,6 @@ def load_tokenizer(path: str, trust_remote_code: bool = False) -> Any:
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return tok
-
-
-def pick_attention(requested: str, dev: DeviceInfo) -> str:
-    if requested != "auto":
-        if requested in FLASH and dev.type == "cpu":
-            raise ConfigError(f"config: attn_implementation: {requested} needs an NPU or a CUDA GPU")
-        return requested
-    if dev.type == "npu":
-        return "flash_attention_2"  # transformers maps it to torch_npu.npu_fusion_attention
-    if dev.type == "cuda" and importlib.util.find_spec("flash_attn") is not None:
-        return "flash_attention_2"
-    return "sdpa"
 
 
 def load_model(cfg: TrainConfig, dev: DeviceInfo, prec: Precision, attn: str) -> nn.Module:

@@ -60,6 +60,14 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig, dev: DeviceInfo) -> torc
     return torch.optim.AdamW(groups, **kwargs)
 
 
+def zero_grad(optimizer: Any) -> None:
+    """Free the gradients, except under a fused NPU optimizer: its gradients are views into one combined
+    buffer per dtype, and NpuFusedOptimizerBase.zero_grad refuses set_to_none=True with a ValueError
+    (torch_npu/optim/npu_fused_optim_base.py, every torch_npu 2.1-2.13); it zeroes the buffer instead.
+    `is_fused_optimizer` is the attribute that class sets."""
+    optimizer.zero_grad(set_to_none=not getattr(optimizer, "is_fused_optimizer", False))
+
+
 def lr_lambda(total_steps: int, warmup_steps: int, kind: str, min_ratio: float) -> Any:
     def f(step: int) -> float:
         if step < warmup_steps:

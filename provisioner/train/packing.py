@@ -24,9 +24,14 @@ IGNORE = -100
 
 
 def pack_rows(
-    lengths: Sequence[int], order: Sequence[int], capacity: int, window: int = 2048
+    lengths: Sequence[int],
+    order: Sequence[int],
+    capacity: int,
+    window: int = 2048,
+    max_items: int | None = None,
 ) -> list[list[int]]:
-    """Best-fit-decreasing packing of samples (in ``order``) into rows of ``capacity`` tokens.
+    """Best-fit-decreasing packing of samples (in ``order``) into rows of ``capacity`` tokens and at most
+    ``max_items`` samples.
 
     Working in windows of the shuffled order keeps the packing local, so
     every row still mixes randomly chosen samples, while long and short ones
@@ -46,7 +51,7 @@ def pack_rows(
             else:
                 rows.append([idx])
                 row, space = len(rows) - 1, capacity - need
-            if space > 0:
+            if space > 0 and (max_items is None or len(rows[row]) < max_items):
                 bisect.insort(free, (space, row))
     return rows
 

@@ -26,6 +26,7 @@ class MicroBatchStream:
         packing: bool,
         seed: int,
         shuffle: bool = True,
+        max_seqs: int | None = None,
     ) -> None:
         if not lengths:
             raise ValueError("no samples")
@@ -35,6 +36,8 @@ class MicroBatchStream:
         self.packing = packing
         self.seed = seed
         self.shuffle = shuffle
+        # At most so many samples in one micro-batch (a flat packed batch is one varlen attention call).
+        self.max_seqs = max_seqs
         self._plans: dict[int, list[list[list[int]]]] = {}
         self._starts: list[int] = [0]  # _starts[e]: stream index where epoch e begins
 
@@ -51,13 +54,12 @@ class MicroBatchStream:
         rng = np.random.default_rng([self.seed, e])
         order = rng.permutation(n).tolist() if self.shuffle else list(range(n))
         if self.packing:
-            rows = pack_rows(self.lengths, order, self.max_seq_len)
+            rows = pack_rows(self.lengths, order, self.max_seq_len, max_items=self.max_seqs)
             if self.shuffle:
                 rows = [rows[i] for i in rng.permutation(len(rows)).tolist()]
         else:
             rows = [[i] for i in order]
-        mbs = self.micro_batch_size
-        return [rows[i : i + mbs] for i in range(0, len(rows), mbs)]
+        return group_rows(rows, self.micro_batch_size, self.max_seqs)
 
     def epoch_size(self, e: int) -> int:
         return len(self.epoch(e))
@@ -73,6 +75,24 @@ class MicroBatchStream:
     def get(self, index: int) -> list[list[int]]:
         e, off = self.locate(index)
         return self.epoch(e)[off]
+
+
+def group_rows(rows: list[list[int]], per_batch: int, max_seqs: int | None) -> list[list[list[int]]]:
+    """Consecutive rows into micro-batches of at most ``per_batch`` rows and ``max_seqs`` samples."""
+    if max_seqs is None:
+        return [rows[i : i + per_batch] for i in range(0, len(rows), per_batch)]
+    out: list[list[list[int]]] = []
+    batch: list[list[int]] = []
+    seqs = 0
+    for row in rows:
+        if batch and (len(batch) == per_batch or seqs + len(row) > max_seqs):
+            out.append(batch)
+            batch, seqs = [], 0
+        batch.append(row)
+        seqs += len(row)
+    if batch:
+        out.append(batch)
+    return out
 
 
 def steps_for_epochs(stream: MicroBatchStream, num_epochs: float, per_step: int) -> int:

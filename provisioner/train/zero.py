@@ -17,11 +17,25 @@ from typing import Any
 import torch
 from torch import nn
 
-from provisioner.train.config import TrainConfig
+from provisioner.train.config import ConfigError, TrainConfig
 from provisioner.train.device import DeviceInfo, Precision
 from provisioner.train.dist import World
 from provisioner.train.optim import build_scheduler, param_groups
 from provisioner.train.packing import Batch
+
+
+def check_supported(dev: DeviceInfo, prec: Precision) -> None:
+    """Refuse ZeRO-2 with fp16 on an NPU in saturation mode (first-generation 910): the chip clamps an
+    overflow to the largest finite value instead of producing Inf/NaN, and upstream DeepSpeed detects
+    overflow only by Inf/NaN (runtime/zero/stage_1_and_2.py _has_inf_or_nan), so the loss scale never backs
+    off and saturated gradients are applied. torch_npu's GradScaler (the DDP path) reads the chip's overflow
+    flag instead (torch_npu/npu/amp/grad_scaler.py)."""
+    if dev.type == "npu" and prec.name == "fp16" and dev.inf_nan is False:
+        raise ConfigError(
+            f"config: strategy: zero2 with fp16 would apply saturated gradients on {dev.name}: this chip "
+            "saturates on overflow instead of producing Inf/NaN, and DeepSpeed detects overflow only by Inf/NaN; "
+            "use strategy: ddp (torch_npu's GradScaler reads the overflow flag) or precision: fp32"
+        )
 
 
 def available() -> bool:

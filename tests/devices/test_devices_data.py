@@ -42,7 +42,7 @@ def test_rank_table_rows_name_real_families(shipped):
 def test_every_launch_env_row_is_fed_by_an_option(make_plan):
     plan = make_plan(
         "plan-800ta2-8", "800T-A2", "0-7", multi=MultiNode(2, 1, "10.0.0.1", "6000"), hccl_if_ip="10.0.0.2",
-        socket_ifname="eth0", hccl_connect_timeout="1200", hccl_exec_timeout="1800",
+        socket_ifname="=eth0", hccl_connect_timeout="1200", hccl_exec_timeout="1800",
     )
     env = {e.name: e.value for e in plan.env}
     assert None not in env.values(), env

@@ -9,6 +9,7 @@ Contract other areas rely on (keep names and meaning):
 - `wheelhouse`: directory holding the CPU torch wheel the image installs offline (scripts/wheelhouse.sh).
 - `provision_image`: tag of the 300T-A2 image built by `provision build` with torch 2.13.0+cpu, torch_npu
   2.13.0 and this project with its train extra, on `base_image`.
+- `session_image`: the same image under a tag of this session only (other checkouts rebuild the shared tag).
 Set PROVISION_TEST_BASE / PROVISION_TEST_WHEELHOUSE to reuse what `make test` prepared.
 """
 
@@ -134,6 +135,24 @@ def provision_build_result(docker_client, base_image, wheelhouse) -> dict:
 @pytest.fixture(scope="session")
 def provision_image(provision_build_result) -> str:
     return provision_build_result["tag"]
+
+
+@pytest.fixture(scope="session")
+def session_image(docker_client, base_image, wheelhouse) -> str:
+    """The test image of `provision_image`, under a tag no other session uses.
+
+    Sessions of other checkouts on the shared engine build `provision_image`'s tag from their own code; a test
+    that needs this checkout's code in the image (a new module, an entrypoint change) uses this one. Only the
+    tag is removed at the end; the build cache stays.
+    """
+    import uuid
+
+    tag = f"provision-test/session-{uuid.uuid4().hex[:12]}:1"
+    proc = provision(*build_args(base_image, wheelhouse, "--tag", tag))
+    if proc.returncode != 0:
+        pytest.fail(f"provision build failed ({proc.returncode}):\n{proc.stderr[-6000:]}")
+    yield tag
+    docker_client.images.remove(tag, force=True)
 
 
 @pytest.fixture(scope="session")

@@ -30,13 +30,14 @@ def test_check_script_and_exec_commands(make_plan):
 
 def test_multi_node_rendezvous_from_the_plan(make_plan):
     multi = devices.MultiNode(nnodes=2, node_rank=1, master_addr="10.0.0.1")
-    plan = make_plan("0-3", multi=multi, socket_ifname="eth0")
+    plan = make_plan("0-3", multi=multi, socket_ifname="=eth0")
     argv = torchrun.command(plan, torchrun.Target.train(), 4)
     assert argv[:12] == ["torchrun", "--nproc-per-node", "4", "--nnodes", "2", "--node-rank", "1",
                          "--master-addr", "10.0.0.1", "--master-port", "29500", "--tee"]
     assert "--standalone" not in argv
     env = {e.name: e.value for e in plan.env}
-    assert env["HCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "eth0" and env["NODE_RANK"] == "1"
+    # HCCL's exact-name syntax, and the same interface in Gloo's (which has no '=')
+    assert (env["HCCL_SOCKET_IFNAME"], env["GLOO_SOCKET_IFNAME"], env["NODE_RANK"]) == ("=eth0", "eth0", "1")
     assert plan.network == "host"
 
 

@@ -286,8 +286,9 @@ class MetricsBridge:
 
 
 def run_grpo(cfg: TrainConfig, resume: str | None) -> dict[str, Any]:
+    from provisioner.train.attention import pick_attention
     from provisioner.train.chatml import resolve_template
-    from provisioner.train.model import load_tokenizer, pick_attention
+    from provisioner.train.model import load_tokenizer
 
     rank, local_rank, world = _world()
     is_main = rank == 0

@@ -40,7 +40,7 @@ docker run --rm \
   -e HCCL_CONNECT_TIMEOUT=3600 \
   -e HCCL_EXEC_TIMEOUT=3600 \
   -e HCCL_SOCKET_IFNAME==eth0 \
-  -e GLOO_SOCKET_IFNAME==eth0 \
+  -e GLOO_SOCKET_IFNAME=eth0 \
   -e MASTER_ADDR=10.0.1.1 \
   -e MASTER_PORT=29500 \
   -e NNODES=4 \

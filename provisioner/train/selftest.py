@@ -1,0 +1,494 @@
+"""The one-minute self-test of an image on a host: does training work on these chips, with this config?
+
+    torchrun --nproc-per-node N -m provisioner.train.selftest [--config train.yaml] [key=value ...] [--json]
+
+(`provision selftest` and `provision launch --selftest` run it in the image with one worker per mapped chip.)
+Each worker checks, in order, and rank 0 prints one line per check with the fix when it fails:
+
+  npu              torch_npu loads, the chips are visible, the SoC and what the trainer derives from it
+  matmul           fp16 and (where the chip has it) bf16 matmuls against an fp32 reference on the host
+  attention        the attention the config chooses, forward and backward on a packed batch of 3 sequences,
+                   which must match the same sequences run one by one
+  fused-optimizer  two steps of torch_npu's fused AdamW with the trainer's zero_grad in between
+  all-reduce       a sum over every worker on the process-group backend (HCCL on the NPU), and its time
+  train-steps      three optimizer steps of a tiny Qwen2 with the config's method, precision, strategy,
+                   optimizer and attention, through the trainer's own engine
+
+On a machine without an NPU the NPU checks say "n/a" and the others run on the CPU (gloo). The config is the
+user's trainer config; only how it trains is used (model, data and output_dir are not needed). The last
+line of rank 0 is a `provision.selftest/1` JSON document. Exit code: 0 when nothing failed, 1 otherwise,
+2 for a bad config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from provisioner.errors import ProvisionError
+from provisioner.train.config import CHOICES, ConfigError, TrainConfig, from_dict
+
+SCHEMA = "provision.selftest/1"
+# A one-minute test must not wait an hour for a broken link: HCCL's connect and execution timeouts are capped
+# at this many seconds (launch sets 3600), and the process group waits twice as long.
+HCCL_TIMEOUT_CAP_S = 300
+PROG = "provision selftest"
+CHECKS = ("npu", "matmul", "attention", "fused-optimizer", "all-reduce", "train-steps")
+# Known failures and what fixes them, matched against the error text (first hit wins).
+FIXES = (
+    (r"libhccl|libascendcl|libascend_hal|libc_sec|cannot open shared object",
+     "CANN or driver libraries are missing: run in the image (its entrypoint sources set_env.sh) with the driver"
+     " mounted (provision launch maps /usr/local/Ascend/driver)"),
+    (r"500001", "ACL failed to initialise (500001); with CANN before 9.0 this is numpy 2: install numpy<2 (images"
+                " built by provision pin numpy by the stack's CANN)"),
+    (r"sees no NPU|107001|Invalid device|needs \d+ NPUs", "the chip is not visible: map it (provision launch --devices) and keep"
+                                              " ASCEND_RT_VISIBLE_DEVICES unset or ascending from 0"),
+    (r"507033|driver", "host driver and CANN do not fit: provision audit names the driver this CANN needs"),
+    (r"config: precision", "set precision: auto (bf16 where the chip has it, else fp16 with loss scaling; fp32 on CPU)"),
+    (r"DT_BFLOAT16|bf16 is not supported", "this chip has no bf16: set precision: fp16 or auto"),
+    (r"npu_fusion_attention|flash", "set attn_implementation: sdpa (or auto)"),
+    (r"set_to_none", "the trainer must zero the fused optimizer's gradients, not free them: update provision"),
+    (r"out of memory", "the chip's memory is taken: stop other processes on it (npu-smi info shows them)"),
+    (r"EI0006|socket|Connection|timed out|Timeout|rendezvous",
+     "the workers could not connect: check HCCL_IF_IP / --socket-ifname, free port 16666 (HCCL_IF_BASE_PORT) and"
+     " raise HCCL_CONNECT_TIMEOUT"),
+)
+
+
+@dataclass
+class Result:
+    id: str
+    status: str  # ok | fail | n/a
+    detail: str = ""
+    error: str | None = None
+    fix: str | None = None
+    seconds: float = 0.0
+    rank: int = 0
+
+
+def fix_for(error: str, default: str) -> str:
+    for pattern, fix in FIXES:
+        if re.search(pattern, error, re.IGNORECASE):
+            return fix
+    return default
+
+
+def load(path: str | None, overrides: list[str]) -> TrainConfig:
+    """The user's trainer config, checked for how it trains (choices and ranges), not for its paths."""
+    from provisioner.train import config as cfgmod
+
+    raw: dict[str, Any] = cfgmod._read_yaml(Path(path)) if path else {}
+    for item in overrides:
+        key, value = cfgmod._parse_override(item)
+        cfgmod._set_dotted(raw, key, value)
+    cfg = from_dict(raw)
+    for name, allowed in CHOICES.items():
+        if getattr(cfg, name) not in allowed:
+            raise ConfigError(f"config: {name}: must be one of {', '.join(allowed)} (got {getattr(cfg, name)!r})")
+    if cfg.npu_jit_compile not in (True, False, "auto"):
+        raise ConfigError(f"config: npu_jit_compile: must be true, false or auto (got {cfg.npu_jit_compile!r})")
+    return cfg
+
+
+class SelfTest:
+    def __init__(self, cfg: TrainConfig) -> None:
+        from provisioner.train import dist
+
+        self.cfg = cfg
+        self.world = dist.from_env()
+        self.results: list[Result] = []
+        self.dev: Any = None
+        self.prec: Any = None
+        self.attn: str | None = None
+        self._model_dir: str | None = None
+
+    def run(self) -> list[Result]:
+        steps: list[tuple[str, Callable[[], Result]]] = [
+            ("npu", self.check_npu), ("matmul", self.check_matmul), ("attention", self.check_attention),
+            ("fused-optimizer", self.check_fused_optimizer), ("all-reduce", self.check_all_reduce),
+            ("train-steps", self.check_train_steps),
+        ]
+        for name, fn in steps:
+            if self.results and self.results[0].status == "fail":
+                self.results.append(Result(name, "n/a", "skipped: the npu check failed", rank=self.world.rank))
+                continue
+            if name == "all-reduce" and self.dev is not None:
+                self._tiny_model_dir_only()
+            start = time.perf_counter()
+            try:
+                res = fn()
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - every failure is a result, not a crash
+                text = " ".join(f"{type(exc).__name__}: {exc}".split())[:600]
+                res = Result(name, "fail", error=text, fix=fix_for(text, DEFAULT_FIX[name]))
+                if os.environ.get("PROVISION_SELFTEST_TRACEBACK"):
+                    traceback.print_exc()
+            res.seconds = round(time.perf_counter() - start, 3)
+            res.rank = self.world.rank
+            self.results.append(res)
+        return self.results
+
+    # ---- the checks ----------------------------------------------------------------------------------
+
+    def check_npu(self) -> Result:
+        from provisioner.train import device as devmod
+
+        devmod.prepare_env()
+        self.dev = devmod.detect(self.world.local_rank, self.cfg.npu_jit_compile)
+        self.prec = devmod.choose_precision(self.cfg.precision, self.dev)
+        if self.dev.type != "npu":
+            if not devmod.cann_present():
+                return Result("npu", "n/a", f"no CANN toolkit in this container: running on {self.dev.type}")
+            # An image with CANN expects a chip: say why torch_npu has none.
+            raise RuntimeError(_why_no_npu())
+        import torch
+
+        fam = self.dev.soc_family
+        mode = "Inf/NaN mode" if self.dev.inf_nan else "saturation mode (overflow only in the status flag)"
+        ops = {True: "online compilation", False: "binary operators", None: "CANN's default compile mode"}
+        bf16 = "bf16" if devmod.bf16_supported(self.dev) else "no bf16"
+        detail = (f"{torch.npu.device_count()} x {self.dev.name} ({fam.title if fam else 'unknown family'}); "
+                  f"{bf16}, {mode}, {ops[self.dev.jit_compile]}; trains in {self.prec.name}")
+        return Result("npu", "ok", detail)
+
+    def check_matmul(self) -> Result:
+        if self.dev is None or self.dev.type != "npu":
+            return Result("matmul", "n/a", "no NPU")
+        import torch
+
+        from provisioner.train import device as devmod
+
+        g = torch.Generator().manual_seed(0)
+        a, b = torch.randn(256, 256, generator=g), torch.randn(256, 256, generator=g)
+        want = a @ b
+        parts = []
+        dtypes = [torch.float16] + ([torch.bfloat16] if devmod.bf16_supported(self.dev) else [])
+        for dtype in dtypes:
+            got = (a.to(self.dev.torch_device, dtype) @ b.to(self.dev.torch_device, dtype)).float().cpu()
+            err = float((got - want).abs().max() / want.abs().max())
+            limit = 1e-2 if dtype == torch.float16 else 4e-2
+            if not math.isfinite(err) or err > limit:
+                raise RuntimeError(f"{str(dtype)[6:]} matmul differs from the fp32 reference by {err:.3g} (limit {limit})")
+            parts.append(f"{str(dtype)[6:]} ok (max rel err {err:.1e})")
+        if len(dtypes) == 1:
+            parts.append("bf16 not on this chip")
+        return Result("matmul", "ok", ", ".join(parts))
+
+    def check_attention(self) -> Result:
+        import torch
+
+        from provisioner.train import attention, model
+        from provisioner.train.device import autocast
+
+        self._require_device()
+        self.attn = attention.pick_attention(self.cfg.attn_implementation, self.dev)
+        attention.fix_flash_autocast(self.dev, self.prec, self.attn)
+        loss_fn = model.SFTLoss(self._tiny_model("full", self.attn), 0)
+        exs = _examples([11, 7, 5], seed=1)
+        tol = 1e-4 if self.prec.name == "fp32" else 3e-2
+        if not model.packing_works(loss_fn, self.dev, autocast(self.dev, self.prec), self.attn, VOCAB, tol):
+            raise RuntimeError(f"{self.attn}: a packed batch differs from its sequences run one by one "
+                               "(packed samples see each other)")
+        batch = model.make_batch(exs, [[0, 1, 2]], True, 0, self.attn).to(self.dev.torch_device)
+        with autocast(self.dev, self.prec):
+            loss = loss_fn(*batch.inputs())
+        loss.backward()
+        grads = [p.grad for p in loss_fn.parameters() if p.grad is not None]
+        if not grads or not all(bool(torch.isfinite(g.float()).all()) for g in grads):
+            raise RuntimeError(f"{self.attn}: backward gave no or non-finite gradients")
+        kernel = " (npu_fusion_attention)" if self.dev.type == "npu" and self.attn in attention.FLASH else ""
+        return Result("attention", "ok", f"{self.attn}{kernel} in {self.prec.name}: packed forward matches, "
+                                         f"backward finite")
+
+    def check_fused_optimizer(self) -> Result:
+        if self.dev is None or self.dev.type != "npu":
+            return Result("fused-optimizer", "n/a", "no NPU")
+        import torch
+
+        from provisioner.train import optim
+
+        if optim.optimizer_kind(self.cfg, self.dev) != "npu_fused_adamw":
+            return Result("fused-optimizer", "n/a", f"the config's optimizer is {self.cfg.optimizer}")
+        lin = torch.nn.Linear(32, 32).to(self.dev.torch_device)
+        opt = optim.build_optimizer(lin, self.cfg, self.dev)
+        x = torch.randn(8, 32).to(self.dev.torch_device)
+        before = lin.weight.detach().cpu().clone()
+        for step in range(2):
+            lin(x).pow(2).mean().backward()
+            opt.step()
+            optim.zero_grad(opt)
+            if any(float(p.grad.abs().sum()) != 0.0 for p in lin.parameters() if p.grad is not None):
+                raise RuntimeError(f"gradients not zero after zero_grad (step {step + 1})")
+        if torch.equal(before, lin.weight.detach().cpu()):
+            raise RuntimeError("the parameters did not change in two steps")
+        return Result("fused-optimizer", "ok", f"{type(opt).__name__}: 2 steps, zero_grad keeps the combined buffers")
+
+    def check_all_reduce(self) -> Result:
+        import torch
+        import torch.distributed as td
+
+        from provisioner.train import dist
+
+        self._require_device()
+        world = self.world
+        if world.size == 1:
+            return Result("all-reduce", "n/a", "one worker")
+        dist.init(world, self.dev, 2 * HCCL_TIMEOUT_CAP_S)
+        n = (16 << 20) // 4 if self.dev.type != "cpu" else (1 << 20) // 4
+        t = torch.full((n,), float(world.rank + 1), device=self.dev.torch_device)
+        td.all_reduce(t)
+        want = world.size * (world.size + 1) / 2
+        got = t[:4].cpu().tolist()
+        if any(v != want for v in got):
+            raise RuntimeError(f"all_reduce summed to {got[0]} instead of {want}")
+        start = time.perf_counter()
+        for _ in range(3):
+            td.all_reduce(t)
+        _sync(self.dev)
+        per = (time.perf_counter() - start) / 3
+        busbw = n * 4 / per / 1e9 * 2 * (world.size - 1) / world.size
+        note = "" if self.dev.type == "npu" else "; HCCL not applicable on CPU"
+        return Result("all-reduce", "ok", f"{world.size} workers on {self.dev.backend}, {n * 4 >> 20} MiB in "
+                                          f"{per * 1e3:.1f} ms ({busbw:.2f} GB/s bus){note}")
+
+    def check_train_steps(self) -> Result:
+
+        from provisioner.train import attention, model, zero
+        from provisioner.train.device import autocast
+        from provisioner.train.engine import PlainEngine
+
+        self._require_device()
+        if self.world.size > 1 and not self._all_ranks_ok():
+            # Some worker would not reach the steps' collectives and the others would wait for it.
+            return Result("train-steps", "n/a", "skipped: a worker failed an earlier check")
+        cfg = self.cfg
+        if cfg.strategy == "zero2":
+            zero.check_supported(self.dev, self.prec)
+        attn = self.attn or attention.pick_attention(cfg.attn_implementation, self.dev)
+        loss_fn = model.SFTLoss(self._tiny_model(cfg.method, attn), 0)
+        loss_fn.train()
+        small = replace(cfg, learning_rate=1e-3, warmup_steps=0)
+        engine: Any
+        if cfg.strategy == "zero2" and zero.available():
+            engine = zero.ZeroEngine(loss_fn, small, self.dev, self.prec, self.world, 3)
+        else:
+            engine = PlainEngine(loss_fn, small, self.dev, self.prec, self.world, 3)
+        exs = _examples([40, 24, 16, 30, 12, 20], seed=2 + self.world.rank)
+        losses = []
+        for step in range(3):
+            rows = [[(2 * step) % 6, (2 * step + 1) % 6]]
+            b = model.make_batch(exs, rows, True, 0, attn).to(self.dev.torch_device)
+            with autocast(self.dev, self.prec):
+                loss_sum = engine.forward(b)
+            engine.backward(loss_sum / b.n_targets)
+            engine.step()
+            losses.append(float(loss_sum.detach()) / b.n_targets)
+        if not all(math.isfinite(v) for v in losses):
+            raise RuntimeError(f"non-finite loss in three steps: {losses}")
+        scale = f", loss scale {engine.loss_scale:g}" if engine.loss_scale is not None else ""
+        opt = type(getattr(engine, "optimizer", None)).__name__
+        return Result("train-steps", "ok", f"{cfg.method}, {self.prec.name}, {engine.name}, {attn}, {opt}: loss "
+                                           f"{losses[0]:.3f} -> {losses[-1]:.3f}{scale}")
+
+    # ---- helpers -------------------------------------------------------------------------------------
+
+    def _all_ranks_ok(self) -> bool:
+        """Did every worker pass its checks so far? (All must, or the training steps' collectives hang.)"""
+        from provisioner.train import dist
+
+        mine = float(any(r.status == "fail" for r in self.results))
+        return dist.all_reduce_sum([mine], self.dev)[0] == 0.0
+
+    def _tiny_model_dir_only(self) -> None:
+        """Write the tiny model now if no check did yet (before the process group exists)."""
+        if self._model_dir is None:
+            try:
+                self._tiny_model("full", "eager")
+            except Exception:  # noqa: BLE001 - the train-steps check reports it
+                pass
+
+    def _require_device(self) -> None:
+        if self.dev is None:
+            raise RuntimeError("no device: the npu check failed")
+
+    def _tiny_model(self, method: str, attn: str) -> Any:
+        """A random Qwen2 with a small vocabulary, saved once (before any process group: transformers writes
+        checkpoints from the main process only) and loaded through the trainer's own load path."""
+        import torch
+        from transformers import Qwen2Config, Qwen2ForCausalLM
+
+        from provisioner.train import model
+
+        if self._model_dir is None:
+            self._model_dir = tempfile.mkdtemp(prefix="provision-selftest-")
+            torch.manual_seed(0)
+            config = Qwen2Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                                 tie_word_embeddings=True, pad_token_id=0)
+            Qwen2ForCausalLM(config).save_pretrained(self._model_dir)
+        return model.load_model(replace(self.cfg, model=self._model_dir, method=method), self.dev, self.prec, attn)
+
+
+VOCAB = 512
+DEFAULT_FIX = {
+    "npu": "check that the image's torch_npu matches its CANN and the host driver (provision doctor inside the image)",
+    "matmul": "the chip computes wrong results: run npu-smi info and the vendor's hardware check on it",
+    "attention": "set attn_implementation: sdpa (or auto) in the config",
+    "fused-optimizer": "set optimizer: adamw in the config, and report the torch_npu version",
+    "all-reduce": "check the chips' links (hccn_tool -i N -link -g) and the HCCL variables provision launch sets",
+    "train-steps": "run provision-train with this config on one chip and read the first error",
+}
+
+
+def _examples(lengths: list[int], seed: int) -> list[Any]:
+    import numpy as np
+
+    from provisioner.train.chatml import Example
+
+    g = np.random.default_rng(seed)
+    out = []
+    for n in lengths:
+        trained = np.zeros(n, dtype=bool)
+        trained[n // 2:] = True
+        out.append(Example(g.integers(1, VOCAB, n).astype(np.int32), trained))
+    return out
+
+
+def _why_no_npu() -> str:
+    try:
+        import torch
+        import torch_npu  # noqa: F401
+
+        count = torch.npu.device_count()
+    except Exception as exc:  # noqa: BLE001 - the reason is the answer
+        return f"CANN is set up but torch_npu does not load: {type(exc).__name__}: {exc}"
+    shown = os.environ.get("ASCEND_RT_VISIBLE_DEVICES", "<unset>")
+    return f"CANN is set up but torch_npu sees no NPU ({count} visible, ASCEND_RT_VISIBLE_DEVICES={shown})"
+
+
+def _sync(dev: Any) -> None:
+    from provisioner.train import device as devmod
+
+    devmod.synchronize(dev)
+
+
+def _quiet_libraries() -> None:
+    """One line per check: no progress bars or deprecation chatter from the libraries."""
+    import warnings
+
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=UserWarning)
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    except Exception:  # noqa: BLE001 - an older transformers: the bars stay
+        pass
+
+
+def gather(results: list[Result]) -> list[list[Result]]:
+    """Every rank's results on every rank (when a process group is up), else this rank's."""
+    from provisioner.train import dist
+
+    if not dist.active():
+        return [results]
+    import torch.distributed as td
+
+    box: list[Any] = [None] * td.get_world_size()
+    td.all_gather_object(box, [asdict(r) for r in results])
+    return [[Result(**r) for r in rank] for rank in box]
+
+
+def document(per_rank: list[list[Result]], world_size: int) -> dict:
+    checks = []
+    for i, name in enumerate(CHECKS):
+        rows = [rank[i] for rank in per_rank if i < len(rank)]
+        failed = [r for r in rows if r.status == "fail"]
+        first = failed[0] if failed else rows[0]
+        checks.append({"id": name, "status": first.status, "detail": first.detail, "error": first.error,
+                       "fix": first.fix, "seconds": max(r.seconds for r in rows),
+                       "ranks_failed": sorted(r.rank for r in failed)})
+    status = "failed" if any(c["status"] == "fail" for c in checks) else "ok"
+    return {"schema": SCHEMA, "status": status, "world_size": world_size, "checks": checks, "versions": versions()}
+
+
+# What a report from a real host needs beside the errors: the libraries that decided the checks.
+REPORTED = ("torch", "torch_npu", "transformers", "peft", "deepspeed", "numpy")
+
+
+def versions() -> dict[str, str | None]:
+    """The installed version of each library in REPORTED (None: not installed)."""
+    from provisioner.train.ascend import installed_version
+
+    return {dist: installed_version(dist) for dist in REPORTED}
+
+
+def lines(doc: dict) -> list[str]:
+    out = []
+    for c in doc["checks"]:
+        mark = {"ok": "ok  ", "fail": "FAIL", "n/a": "n/a "}[c["status"]]
+        text = c["error"] if c["status"] == "fail" else c["detail"]
+        ranks = f" (ranks {','.join(map(str, c['ranks_failed']))})" if c["status"] == "fail" and doc["world_size"] > 1 else ""
+        out.append(f"{mark}  {c['id']:<16} {text}{ranks}")
+        if c["status"] == "fail":
+            out.append(f"      {'':<16} fix: {c['fix']}")
+    failed = sum(c["status"] == "fail" for c in doc["checks"])
+    verdict = f"FAILED ({failed} of {len(doc['checks'])} checks)" if failed else "passed"
+    workers = f"{doc['world_size']} worker" + ("s" if doc["world_size"] > 1 else "")
+    out.append(f"self-test {verdict} on {workers}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m provisioner.train.selftest", description=__doc__.splitlines()[0])
+    ap.add_argument("--config", help="the trainer config (YAML) whose method, precision, strategy and attention to test")
+    ap.add_argument("overrides", nargs="*", metavar="key=value")
+    ap.add_argument("--json", action="store_true", help="only the JSON document on stdout")
+    args = ap.parse_args(argv)
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        cfg = load(args.config, args.overrides)
+    except ProvisionError as exc:
+        if rank == 0:
+            print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    from provisioner.train import device as devmod
+
+    devmod.prepare_env()  # before torch is imported
+    for var in ("HCCL_CONNECT_TIMEOUT", "HCCL_EXEC_TIMEOUT"):
+        value = os.environ.get(var, "")
+        if not value.isdigit() or int(value) == 0 or int(value) > HCCL_TIMEOUT_CAP_S:
+            os.environ[var] = str(HCCL_TIMEOUT_CAP_S)
+    _quiet_libraries()
+    test = SelfTest(cfg)
+    results = test.run()
+    try:
+        per_rank = gather(results)
+    except Exception:  # noqa: BLE001 - a broken process group: report what this rank saw
+        per_rank = [results]
+    doc = document(per_rank, test.world.size)
+    if rank == 0:
+        if not args.json:
+            for line in lines(doc):
+                print(f"selftest: {line}", flush=True)
+        print(json.dumps(doc, separators=(",", ":")), flush=True)
+    from provisioner.train import dist
+
+    dist.shutdown()
+    return 0 if doc["status"] == "ok" else 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,45 @@
+#!/bin/bash
+# Compile DeepSpeed operators into the installed deepspeed package at image build time, for the accelerator
+# the image runs on, so that no container JIT-compiles them at start (a compiler and minutes per fresh
+# container; DeepSpeed issue 7061: a failed cpu_adam JIT build leaves DeepSpeedCPUAdam without ds_opt_adam).
+#
+#   ds-prebuild.sh REQUIREMENTS_FILE OP [OP ...]      e.g. ds-prebuild.sh requirements/deepspeed.txt cpu_adam
+#
+# The accelerator is the one DeepSpeed will detect at run time: Ascend NPU (DS_ACCELERATOR=npu) where the base
+# image has a CANN toolkit, else CPU. No driver is mounted during a build, so the NPU build links against the
+# toolkit's stub libraries (<toolkit>/<arch>-linux/devlib, as vllm-ascend's wheel builds do). DeepSpeed loads a
+# pre-built op only when it was built for the accelerator it runs on (op_builder/builder.py load()).
+set -euo pipefail
+requirements=$1
+shift
+line=$(grep -iE '^deepspeed==' "$requirements" | head -n 1)
+if [ -z "$line" ]; then
+    echo "ds-prebuild: no deepspeed== line in $requirements" >&2
+    exit 1
+fi
+# shellcheck source=/dev/null
+. /etc/provision/cann-env.sh
+if [ "$PROVISION_CANN_ENV" != absent ]; then
+    accelerator=npu
+    export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}${ASCEND_TOOLKIT_HOME:-$(dirname "$PROVISION_CANN_ENV")/latest}/$(uname -m)-linux/devlib"
+else
+    accelerator=cpu
+fi
+flags=(DS_BUILD_OPS=0 "DS_ACCELERATOR=$accelerator" TORCH_DEVICE_BACKEND_AUTOLOAD=0)
+for op in "$@"; do
+    flags+=("DS_BUILD_${op^^}=1")
+done
+echo "ds-prebuild: building ${*} for accelerator $accelerator (${line})"
+env "${flags[@]}" pip install --no-cache-dir --no-deps --no-build-isolation --force-reinstall "$line"
+env "DS_ACCELERATOR=$accelerator" TORCH_DEVICE_BACKEND_AUTOLOAD=0 python - "$accelerator" "$@" <<'EOF'
+import sys
+
+from deepspeed.git_version_info import accelerator_name, installed_ops
+
+accelerator, ops = sys.argv[1], sys.argv[2:]
+missing = [op for op in ops if not installed_ops.get(op)]
+if missing or accelerator_name != accelerator:
+    sys.exit(f"ds-prebuild: deepspeed was built for {accelerator_name!r} without {', '.join(missing) or 'nothing'}"
+             f" (wanted {accelerator!r} with {', '.join(ops)})")
+print(f"ds-prebuild: {', '.join(ops)} pre-built for {accelerator_name}")
+EOF

@@ -1,0 +1,126 @@
+"""`python -m provisioner.train.selftest` on CPU (NPU checks n/a) and on simulated NPUs under the torch_npu
+double, with the fix named for each failing check."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+
+import pytest
+
+from provisioner.launch.torchrun import Target
+from provisioner.train import selftest
+from tests.train import npu_fake
+from tests.train.conftest import write_config
+
+
+def run_selftest(tmp_path, workers: int, env: dict, *args: str) -> tuple[int, dict | None, str]:
+    argv = ["-m", "provisioner.train.selftest", *args]
+    if workers > 1:
+        argv = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(workers), *argv]
+    proc = npu_fake.run(argv, env, timeout=900)
+    docs = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"schema":"provision.selftest/1"')]
+    return proc.returncode, (docs[-1] if docs else None), proc.stdout + proc.stderr
+
+
+def checks(doc: dict) -> dict[str, dict]:
+    return {c["id"]: c for c in doc["checks"]}
+
+
+def cpu_env(tmp_path) -> dict:
+    env = npu_fake.env(tmp_path)
+    for key in ("ASCEND_HOME_PATH", "FAKE_NPU_SOC", "FAKE_NPU_COUNT"):
+        env.pop(key)
+    env["PYTHONPATH"] = str(npu_fake.REPO)  # no double: a CPU machine with no NPU software at all
+    return env
+
+
+@pytest.mark.slow
+def test_on_cpu_the_npu_checks_do_not_apply(tmp_path):
+    config = write_config(tmp_path / "train.yaml", method="full", model="/not/needed", data=["/not/needed.json"])
+    code, doc, out = run_selftest(tmp_path, 2, cpu_env(tmp_path), "--config", str(config))
+    assert code == 0, out[-4000:]
+    c = checks(doc)
+    assert doc["status"] == "ok" and doc["world_size"] == 2
+    assert {k: v["status"] for k, v in c.items()} == {"npu": "n/a", "matmul": "n/a", "attention": "ok",
+                                                      "fused-optimizer": "n/a", "all-reduce": "ok", "train-steps": "ok"}
+    assert c["npu"]["detail"] == "no CANN toolkit in this container: running on cpu"
+    assert "2 workers on gloo" in c["all-reduce"]["detail"] and "HCCL not applicable on CPU" in c["all-reduce"]["detail"]
+    assert c["train-steps"]["detail"].startswith("full, fp32, ddp, sdpa, AdamW: loss ")
+    lines = [line for line in out.splitlines() if line.startswith("selftest: ")]
+    assert len(lines) == 7 and lines[-1] == "selftest: self-test passed on 2 workers"  # rank 0 only
+
+
+@pytest.mark.slow
+def test_two_a2_chips_pass_every_check(tmp_path):
+    code, doc, out = run_selftest(tmp_path, 2, npu_fake.env(tmp_path, count=2))
+    assert code == 0, out[-4000:]
+    c = checks(doc)
+    assert all(v["status"] == "ok" for v in c.values()), c
+    assert c["npu"]["detail"].startswith("2 x Ascend910B3 (Atlas A2") and "bf16, Inf/NaN mode" in c["npu"]["detail"]
+    assert c["attention"]["detail"].startswith("flash_attention_2 (npu_fusion_attention) in bf16")
+    assert c["fused-optimizer"]["detail"].startswith("NpuFusedAdamW: 2 steps")
+    assert "2 workers on hccl" in c["all-reduce"]["detail"]
+    assert c["train-steps"]["detail"].startswith("lora, bf16, ddp, flash_attention_2, NpuFusedAdamW")
+
+
+@pytest.mark.slow
+def test_first_generation_910_with_a_config_it_cannot_run(tmp_path):
+    """The user's config asks for flash attention and ZeRO-2 with fp16: both checks fail with their fix."""
+    config = write_config(tmp_path / "train.yaml", attn_implementation="flash_attention_2", strategy="zero2")
+    code, doc, out = run_selftest(tmp_path, 1, npu_fake.env(tmp_path, soc="Ascend910A"), "--config", str(config))
+    assert code == 1 and doc["status"] == "failed", out[-4000:]
+    c = checks(doc)
+    assert c["npu"]["status"] == "ok" and "no bf16, saturation mode" in c["npu"]["detail"]
+    assert c["matmul"]["detail"].endswith("bf16 not on this chip")
+    assert c["attention"]["status"] == "fail" and "npu_fusion_attention does not run on Ascend910A" in c["attention"]["error"]
+    assert c["attention"]["fix"] == "set attn_implementation: sdpa (or auto)"
+    assert c["train-steps"]["status"] == "fail" and "zero2 with fp16" in c["train-steps"]["error"]
+    assert "FAIL  attention" in out and "fix: set attn_implementation: sdpa (or auto)" in out
+    # The same chip with the config's defaults passes.
+    code, doc, out = run_selftest(tmp_path, 1, npu_fake.env(tmp_path, soc="Ascend910A"))
+    assert code == 0, out[-4000:]
+    assert checks(doc)["train-steps"]["detail"].startswith("lora, fp16, ddp, sdpa, NpuFusedAdamW")
+    assert "loss scale" in checks(doc)["train-steps"]["detail"]
+
+
+def test_an_npu_image_without_a_visible_chip_fails_with_the_fix(tmp_path):
+    code, doc, out = run_selftest(tmp_path, 1, npu_fake.env(tmp_path, ASCEND_RT_VISIBLE_DEVICES="3"))
+    assert code == 1, out[-3000:]
+    c = checks(doc)
+    assert c["npu"]["status"] == "fail"
+    assert c["npu"]["error"] == ("RuntimeError: CANN is set up but torch_npu sees no NPU (0 visible, "
+                                 "ASCEND_RT_VISIBLE_DEVICES=3)")
+    assert c["npu"]["fix"].startswith("the chip is not visible: map it")
+    assert all(c[k]["detail"] == "skipped: the npu check failed" for k in selftest.CHECKS[1:])
+
+
+def test_bad_config_is_one_line_and_exit_2(tmp_path):
+    config = write_config(tmp_path / "train.yaml", precision="fp8")
+    code, doc, out = run_selftest(tmp_path, 1, cpu_env(tmp_path), "--config", str(config))
+    assert code == 2 and doc is None
+    assert out.strip() == "provision selftest: error: config: precision: must be one of auto, bf16, fp16, fp32 (got 'fp8')"
+
+
+def test_fixes_and_report_lines():
+    assert "numpy<2" in selftest.fix_for("RuntimeError: SetPrecisionMode ... error code is 500001", "x")
+    assert selftest.fix_for("ImportError: libascend_hal.so: cannot open shared object file", "x").startswith(
+        "CANN or driver libraries are missing")
+    assert selftest.fix_for("something else", "the default") == "the default"
+    ok = [selftest.Result(name, "ok", "fine", rank=r) for name in selftest.CHECKS for r in (0,)]
+    bad = [selftest.Result(name, "ok", "fine", rank=1) for name in selftest.CHECKS]
+    bad[4] = selftest.Result("all-reduce", "fail", error="boom", fix="do this", rank=1)
+    doc = selftest.document([ok, bad], 2)
+    assert doc["status"] == "failed" and checks(doc)["all-reduce"]["ranks_failed"] == [1]
+    # A report from a real host carries the libraries that decided the checks (here: no torch_npu).
+    assert list(doc["versions"]) == list(selftest.REPORTED)
+    assert doc["versions"]["torch"] == importlib.metadata.version("torch") and doc["versions"]["torch_npu"] is None
+    text = selftest.lines(doc)
+    assert "FAIL  all-reduce       boom (ranks 1)" in text and any(line.endswith("fix: do this") for line in text)
+    assert text[-1] == "self-test FAILED (1 of 6 checks) on 2 workers"
+
+
+def test_launch_passes_the_trainer_config_to_the_selftest():
+    target = Target.train(["--config", "/data/train.yaml", "lr=1e-4", "--resume", "auto", "--json", "lora.r=16"])
+    assert target.trainer_config_args() == ("--config", "/data/train.yaml", "lr=1e-4", "lora.r=16")
+    assert Target("module", "my.module", ("--config", "x")).trainer_config_args() == ()
