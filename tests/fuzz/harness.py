@@ -150,7 +150,19 @@ def injected(text: str) -> list[str]:
 
 def one_error_line(res: Result) -> bool:
     lines = res.err.splitlines()
-    return len(lines) == 1 and lines[0].startswith("provision: error: ")
+    if len(lines) == 1 and lines[0].startswith("provision: error: "):
+        return True
+    return solver_refusal(lines)
+
+
+def solver_refusal(lines: list[str]) -> bool:
+    """The resolver's refusal: one `provision: refused:` line, then (by design) the nearest valid stacks, one
+    numbered line each, so that a refusal explains itself."""
+    if not lines or not lines[0].startswith("provision: refused: ") or len(lines) > 12:
+        return False
+    rest = [x for x in lines[1:] if x.strip()]
+    return not rest or (rest[0] == "Nearest valid stacks:"
+                        and all(re.match(r"  [0-9]+\. \S", x) for x in rest[1:]))
 
 
 def refused_json(res: Result) -> bool:

@@ -29,7 +29,10 @@ def host_build(docker_client, base_image, wheelhouse, tmp_path_factory):
     from tests.helpers import hosts
 
     h = hosts.materialize(HOST, tmp_path_factory.mktemp("hostfit"), nodes="mknod", null_numbers=True)
-    proc = provision("build", "--root", str(h.root), "--torch", TORCH, "--base-image", base_image,
+    from provisioner.host import fakehost
+
+    smi = [a for f in fakehost.saved_npu_smi(h.root) for a in ("--npu-smi-output", str(f))]  # never run from --root
+    proc = provision("build", "--root", str(h.root), *smi, "--torch", TORCH, "--base-image", base_image,
                      "--matrix", str(OVERLAY), "--wheelhouse", wheelhouse, "--trusted-ca", trusted_ca_file(),
                      "--network", "host", "--json")
     if proc.returncode != 0:
