@@ -435,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def resolve(args: argparse.Namespace) -> dict[str, Any]:
     from provisioner.train import device as devmod
-    from provisioner.train.model import pick_attention
+    from provisioner.train.attention import pick_attention
 
     dev = devmod.detect(0)
     prec = devmod.choose_precision(args.dtype, dev)
