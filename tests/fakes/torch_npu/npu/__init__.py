@@ -1,6 +1,6 @@
 """torch.npu (= torch_npu.npu): devices, memory, RNG, compile mode, autocast helpers.
 
-Mirrors the public functions of torch_npu/npu/__init__.py, utils.py, memory.py, random.py,
+Mirrors the public functions of torch_npu/npu/__init__.py, utils.py, memory.py, random.py, streams.py,
 npu_config.py and autocast_utils.py that the trainer, transformers, accelerate and torch itself call.
 """
 
@@ -13,6 +13,7 @@ import torch
 from .. import _backend, _soc
 from .._backend import CHIPS, check_device, device_index
 from . import amp, utils  # noqa: F401  (torch_npu.npu.amp, torch_npu.npu.utils)
+from .streams import Event, Stream, current_stream, default_stream, set_stream, stream  # noqa: F401
 from .utils import (  # noqa: F401
     clear_npu_overflow_flag,
     get_npu_overflow_flag,
