@@ -45,6 +45,7 @@ SELFTEST_SCHEMA = "provision.selftest/1"
 SCHEMA = "provision.launch/1"
 LABEL = "org.provision.launch"
 ROLE_LABEL = "org.provision.launch.role"
+WORKLOAD_ROLES = ("run", "job")
 ENGINE_TIMEOUT_S = 30
 FACTS_TIMEOUT_S = 5.0
 STOP_TIMEOUT_S = 20
@@ -83,7 +84,7 @@ class Job:
 
 @dataclass
 class RunResult:
-    role: str  # selftest | check | run
+    role: str  # selftest | check | run | job
     container: str
     command: list[str]
     exit_code: int | None = None
@@ -166,8 +167,11 @@ def parse_labels(items: list[str] | tuple[str, ...]) -> dict[str, str]:
 
 
 def container_kwargs(job: Job, role: str, command: list[str], env: dict[str, str]) -> dict:
-    """docker-py `containers.create` kwargs: the plan's, plus the command, env, volumes and labels."""
-    name = job.container_name + ("" if role == "run" else f"-{role}")
+    """docker-py `containers.create` kwargs: the plan's, plus the command, env, volumes and labels.
+
+    The workload's container (a run or a job) takes the name as given: other nodes reach it by that name
+    (--master-addr on a Docker network). The short-lived side containers (check, selftest) add their role."""
+    name = job.container_name + ("" if role in WORKLOAD_ROLES else f"-{role}")
     kw = runline.docker_kwargs(job.plan, job.image.ref, command, name)
     kw["environment"] = {**kw["environment"], **env}
     taken = {v["bind"]: h for h, v in kw["volumes"].items()}

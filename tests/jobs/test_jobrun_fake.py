@@ -135,6 +135,13 @@ def test_the_job_container_gets_the_plan_and_the_job_directory(engine, host, job
     assert engine.containers(all=True) == []  # removed
 
 
+def test_the_job_container_takes_the_name_other_nodes_reach_it_by(engine, host, job, capsys):
+    """On a Docker network node 1's --master-addr is node 0's --name: the job container must carry it as given."""
+    rc, out, err = launch(capsys, host, job, "--name", "sft-head", "--keep", "--json")
+    assert rc == 0, err
+    assert engine.container("sft-head").payload["Config"]["Labels"]["org.provision.launch.role"] == "job"
+
+
 def test_a_failing_step_is_named_and_its_code_returned(engine, host, job, capsys):
     engine.programs[IMAGE] = driver(fail="preprocess")
     rc, out, err = launch(capsys, host, job)

@@ -5,7 +5,6 @@ same command resumes from the first missing output. Refusals come back as one li
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -120,9 +119,6 @@ def test_refusals_are_one_line_and_exit_2(fake_llm_image, provision_image, tmp_p
     assert not (tmp_path / "out").exists()  # nothing half-written
 
 
-@pytest.mark.skipif(not os.environ.get("PROVISION_MULTINODE_DOCKER"),
-                    reason="two containers on a user network hang since the npu/polish merges (open: GLOO_SOCKET_IFNAME "
-                           "derivation or the early engine connection); PROVISION_MULTINODE_DOCKER=1 runs it")
 def test_sft_job_across_two_nodes_with_torchrun(fake_llm_image, tmp_path, docker_client, job_label):
     """TP2 x DP2 over two "nodes" (two containers, 2 chips each, one Docker network): node 0 prepares,
     node 1 waits for the shared outputs, both join torchrun's rendezvous at node 0 for training."""

@@ -8,7 +8,6 @@ Ray comes from the package index (tests/jobs/ray-image)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -45,9 +44,6 @@ def _grpo_job(tmp_path: Path) -> Path:
         f"output: {tmp_path / 'out'}\n"), config=None)
 
 
-@pytest.mark.skipif(not os.environ.get("PROVISION_MULTINODE_DOCKER"),
-                    reason="two containers on a user network hang since the npu/polish merges (open: GLOO_SOCKET_IFNAME "
-                           "derivation or the early engine connection); PROVISION_MULTINODE_DOCKER=1 runs it")
 def test_grpo_on_a_two_node_ray_cluster(ray_image, docker_client, network, tmp_path):
     stack = json.loads(docker_client.images.get(ray_image).labels["org.provision.stack"])
     job = _grpo_job(tmp_path)
