@@ -67,7 +67,6 @@ def launch_cmd(overlays, as_json, image, check, check_only, selftest, module, sc
     to stderr).
     """
     import os
-    import sys
 
     from provisioner import validate
     from provisioner.cli.device_cmds import multi_node, plan_options
@@ -118,25 +117,16 @@ def launch_cmd(overlays, as_json, image, check, check_only, selftest, module, sc
                          selftest_args=target.trainer_config_args() if target else (), env=user_env,
                          volumes=mounts, workdir=workdir, network=network, init=not no_init, keep=keep, name=name,
                          stop_timeout=stop_timeout, notes=tuple(notes), labels=extra_labels)
-        out, err = (sys.stderr, sys.stderr) if as_json else (sys.stdout, sys.stderr)
-        if not as_json:
-            for note in job.notes + plan.notes:
-                click.echo(f"# note: {note}", err=True)
+        out, err = start(job.notes + plan.notes, as_json)
         doc = launch.run(job, engine, out=out, err=err)
     finally:
         engine.close()
-    if as_json:
-        emit_json(doc)
-    else:
-        for line in launch.describe(doc):
-            click.echo(f"provision launch: {line}", err=True)
-    return launch.exit_code(doc)
+    return report(doc, as_json, "provision launch", launch.describe, launch.exit_code)
 
 
 def _launch_job(m, spec, engine, info, devplan, notes, kw, as_json, dry_run, check, user_env, mounts, network, keep,
                 name, stop_timeout, labels, init):
     """`launch --job`: validate the job against this launch, write its directory, run it (after --check)."""
-    import sys
 
     from provisioner.jobs import plan as jobplan
     from provisioner.launch import jobrun
@@ -165,32 +155,39 @@ def _launch_job(m, spec, engine, info, devplan, notes, kw, as_json, dry_run, che
             click.echo(f"memory: {est['total_mb'] / 1024:.1f} GB of {((est['hbm_mb'] or 0) / 1024):.0f} GB per chip"
                        f" ({jplan.spec.parallel.label()})")
         return 0
-    out, err = (sys.stderr, sys.stderr) if as_json else (sys.stdout, sys.stderr)
     if check:
         probe = launch.Job(plan=devplan, image=info, target=None, check=True, env=user_env, volumes=[],
                            network=network, init=init, keep=keep, name=name, stop_timeout=stop_timeout, labels=labels)
-        doc = launch.run(probe, engine, out=out, err=err)
+        doc = launch.run(probe, engine, *start((), as_json))
         if doc["status"] != "ok":
-            if as_json:
-                emit_json(doc)
-            else:
-                for line in launch.describe(doc):
-                    click.echo(f"provision launch: {line}", err=True)
-            return launch.exit_code(doc)
+            return report(doc, as_json, "provision launch", launch.describe, launch.exit_code)
     written = jobrun.write_files(jplan)
     job = jobrun.JobRun(plan=jplan, devices=devplan, image=info, env=user_env, volumes=mounts, network=network,
                         keep=keep, name=name, stop_timeout=stop_timeout, labels=labels, notes=tuple(notes + written),
                         init=init)
+    doc = jobrun.run(job, engine, *start(list(job.notes) + jplan.notes + list(devplan.notes), as_json))
+    return report(doc, as_json, "provision launch", jobrun.describe, jobrun.exit_code)
+
+
+def start(notes, as_json: bool):
+    """Print the plan's notes (text mode) and pick the streams a run writes to: with --json the container's
+    output goes to stderr, so stdout carries the document alone."""
+    import sys
+
     if not as_json:
-        for note in list(job.notes) + jplan.notes + list(devplan.notes):
+        for note in notes:
             click.echo(f"# note: {note}", err=True)
-    doc = jobrun.run(job, engine, out=out, err=err)
+    return (sys.stderr, sys.stderr) if as_json else (sys.stdout, sys.stderr)
+
+
+def report(doc: dict, as_json: bool, prog: str, describe, exit_code) -> int:
+    """The run's document on stdout (--json) or its closing lines on stderr; the command's exit code."""
     if as_json:
         emit_json(doc)
     else:
-        for line in jobrun.describe(doc):
-            click.echo(f"provision launch: {line}", err=True)
-    return jobrun.exit_code(doc)
+        for line in describe(doc):
+            click.echo(f"{prog}: {line}", err=True)
+    return exit_code(doc)
 
 
 def _target(module, script, exec_, check_only, args):

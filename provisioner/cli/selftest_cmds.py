@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import click
 
-from provisioner.cli.common import emit_json, json_option, refuse
+from provisioner.cli.common import json_option, refuse
 from provisioner.cli.device_cmds import host_options, launch_options
+from provisioner.cli.launch_cmds import report, start
 
 CONFIG_IN_CONTAINER = "/etc/provision/selftest/train.yaml"
 
@@ -43,7 +44,6 @@ def selftest_cmd(overlays, as_json, image, config, env, mode, user, keep, labels
     Exit code 0 when every check passed or does not apply, 1 when one failed.
     """
     import os
-    import sys
 
     from provisioner.cli.device_cmds import multi_node, plan_options
     from provisioner.devices import plan as devices
@@ -73,16 +73,8 @@ def selftest_cmd(overlays, as_json, image, config, env, mode, user, keep, labels
             return refuse(launch.SCHEMA, exc, as_json)
         job = launch.Job(plan=plan, image=info, target=None, selftest=True, selftest_args=tuple(args), env=user_env,
                          volumes=mounts, keep=keep, notes=tuple(notes), labels=extra_labels)
-        out, err = (sys.stderr, sys.stderr) if as_json else (sys.stdout, sys.stderr)
-        if not as_json:
-            for note in job.notes + plan.notes:
-                click.echo(f"# note: {note}", err=True)
+        out, err = start(job.notes + plan.notes, as_json)
         doc = launch.run(job, engine, out=out, err=err)
     finally:
         engine.close()
-    if as_json:
-        emit_json(doc)
-    else:
-        for line in launch.describe(doc):
-            click.echo(f"provision selftest: {line}", err=True)
-    return launch.exit_code(doc)
+    return report(doc, as_json, "provision selftest", launch.describe, launch.exit_code)

@@ -88,6 +88,25 @@ def _pod(plan: DevicePlan, image: str, command: list[str], labels: dict, rank_fi
     return {"metadata": {"labels": dict(labels)}, "spec": spec}
 
 
+def volcano_job(meta: dict, nnodes: int, task: str, pod: dict, **policy) -> dict:
+    """A Volcano Job of `nnodes` replicas of `pod` in one task: the env plugin gives each pod its index and,
+    across nodes, the svc plugin the host names the master address uses. `policy` (maxRetry, policies) goes
+    between minAvailable and the plugins."""
+    plugins: dict[str, list] = {"env": [], "svc": []} if nnodes > 1 else {"env": []}
+    return {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": meta,
+        "spec": {
+            "schedulerName": "volcano",
+            "minAvailable": nnodes,
+            **policy,
+            "plugins": plugins,
+            "tasks": [{"name": task, "replicas": nnodes, "template": pod}],
+        },
+    }
+
+
 def pod_template(plan: DevicePlan, image: str, command: list[str], labels: dict, rank_field: str, master: str,
                  subdomain: str | None = None) -> dict:
     """One pod template for the plan (what `provision k8s --job` builds its Volcano Job and RayJob pods on)."""
@@ -121,18 +140,7 @@ def manifests(
     n = plan.multi.nnodes
     if volcano:
         pod = _pod(plan, image, command, labels, VOLCANO_INDEX_FIELD, f"{name}-{TASK}-0.{name}")
-        plugins: dict[str, list] = {"env": [], "svc": []} if n > 1 else {"env": []}
-        return [{
-            "apiVersion": "batch.volcano.sh/v1alpha1",
-            "kind": "Job",
-            "metadata": meta,
-            "spec": {
-                "schedulerName": "volcano",
-                "minAvailable": n,
-                "plugins": plugins,
-                "tasks": [{"name": TASK, "replicas": n, "template": pod}],
-            },
-        }]
+        return [volcano_job(meta, n, TASK, pod)]
     pod = _pod(plan, image, command, labels, JOB_INDEX_FIELD, f"{name}-0.{name}", name if n > 1 else None)
     job_spec: dict = {"backoffLimit": 0, "completions": n, "parallelism": n}
     docs = []

@@ -69,10 +69,18 @@ def template_env():
 
 def render_template(name: str, **values) -> str:
     """templates/<name> rendered with `values`; a template error is one ProvisionError naming the file."""
+    return render_in(template_env(), name, values)
+
+
+def render_in(env, name: str, values: dict, what: str = "") -> str:
+    """templates/<name> rendered in `env` (template_env() or one with more filters); every template error is
+    one ProvisionError naming the file (and line); `what` says who asked for a template that is missing."""
     import jinja2
 
     try:
-        return template_env().get_template(name).render(**values)
+        return env.get_template(name).render(**values)
+    except jinja2.TemplateNotFound as exc:
+        raise ProvisionError(f"templates/{exc.name}: not found{f' ({what})' if what else ''}") from None
     except jinja2.UndefinedError as exc:
         raise ProvisionError(f"templates/{name}: {exc.message}") from None
     except jinja2.TemplateError as exc:

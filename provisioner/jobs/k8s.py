@@ -150,21 +150,9 @@ def volcano_job(jplan, dplan: DevicePlan, image: str, meta: dict, labels: dict, 
     name, n = jplan.spec.name, jplan.nnodes
     master = f"{name}-{VOLCANO_TASK}-0.{name}"
     pod = _job_pod(jplan, dplan, image, labels, dk8s.VOLCANO_INDEX_FIELD, master, boot, volumes, mounts, "job")
-    plugins: dict[str, list[str]] = {"env": [], "svc": []} if n > 1 else {"env": []}
-    return {
-        "apiVersion": "batch.volcano.sh/v1alpha1",
-        "kind": "Job",
-        "metadata": meta,
-        "spec": {
-            "schedulerName": "volcano",
-            "minAvailable": n,
-            "maxRetry": VOLCANO_MAX_RETRY,
-            "policies": [{"event": "PodEvicted", "action": "RestartJob"},
-                         {"event": "PodFailed", "action": "RestartJob"}],
-            "plugins": plugins,
-            "tasks": [{"name": VOLCANO_TASK, "replicas": n, "template": pod}],
-        },
-    }
+    return dk8s.volcano_job(meta, n, VOLCANO_TASK, pod, maxRetry=VOLCANO_MAX_RETRY,
+                            policies=[{"event": "PodEvicted", "action": "RestartJob"},
+                                      {"event": "PodFailed", "action": "RestartJob"}])
 
 
 def rayjob(jplan, dplan: DevicePlan, image: str, meta: dict, labels: dict, volumes, mounts, boot: list[str]) -> dict:

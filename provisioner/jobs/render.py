@@ -14,8 +14,6 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
-from provisioner.errors import ProvisionError
-
 TEMPLATES = "jobs"
 RAY_PORT = 6379  # Ray's default GCS port (ray start --head --port); KubeRay uses the same
 RAY_DASHBOARD_PORT = 8265  # Ray's default dashboard / job-submission port
@@ -91,7 +89,7 @@ def _dashboard_port() -> int:
 
 def files(plan, handler: dict) -> dict[str, str]:
     """Every file of the job directory, by path relative to it."""
-    import jinja2
+    from provisioner.image.templates import render_in
 
     env = _env()
     ctx = context(plan, handler)
@@ -99,16 +97,7 @@ def files(plan, handler: dict) -> dict[str, str]:
     out: dict[str, str] = {}
 
     def render(name: str, **extra) -> str:
-        try:
-            return env.get_template(name).render(**ctx, **extra)
-        except jinja2.TemplateNotFound as exc:
-            raise ProvisionError(f"templates/{exc.name}: not found (job kind {kind})") from None
-        except jinja2.UndefinedError as exc:
-            raise ProvisionError(f"templates/{name}: {exc.message}") from None
-        except jinja2.TemplateError as exc:
-            lineno = getattr(exc, "lineno", None)  # TemplateSyntaxError has one
-            where = f":{lineno}" if lineno else ""
-            raise ProvisionError(f"templates/{name}{where}: {exc}") from None
+        return render_in(env, name, {**ctx, **extra}, f"job kind {kind}")
 
     for step in ctx["steps"]:
         out[step["script"]] = render(f"{TEMPLATES}/{kind}/{step['template']}", step=step)

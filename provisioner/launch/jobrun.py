@@ -168,7 +168,7 @@ def run(job: JobRun, engine: Engine, out: TextIO | None = sys.stdout, err: TextI
                       labels={**job.labels, JOB_LABEL: plan.spec.name}, notes=job.notes)
     kw = launch.container_kwargs(base, "job", command(plan), env)
     started = time.monotonic()
-    _say(err, f"run {base.run_id}: job {plan.spec.name} ({plan.kind['id']}, node {job.devices.multi.node_rank}"
+    launch.say(err, f"run {base.run_id}: job {plan.spec.name} ({plan.kind['id']}, node {job.devices.multi.node_rank}"
               f" of {plan.nnodes}) in {kw['name']}: $ {' '.join(command(plan))}")
     with launch.SignalGuard() as guard:
         result = launch.run_container(engine, kw, "job", guard, out, err, job.keep, job.stop_timeout, on_line=on_line)
@@ -250,11 +250,3 @@ def dry_run(plan, devices, image_ref: str) -> dict:
     doc["command"] = command(plan)
     return doc
 
-
-def _say(err: TextIO | None, text: str) -> None:
-    if err is not None:
-        try:
-            err.write(f"provision launch: {text}\n")
-            err.flush()
-        except (BrokenPipeError, ValueError):
-            pass

@@ -353,10 +353,10 @@ def _stop(container: Container, guard: SignalGuard, err: TextIO | None, timeout:
     while stopper.is_alive():
         stopper.join(0.2)
         if announce_at and time.monotonic() >= announce_at and stopper.is_alive():
-            _say(err, f"{guard.name}: stopping {name} (up to {timeout} s; signal again to kill it now)")
+            say(err, f"{guard.name}: stopping {name} (up to {timeout} s; signal again to kill it now)")
             announce_at = 0.0
         if len(guard.received) > seen:
-            _say(err, f"{signal.Signals(guard.received[-1]).name} again: killing {name}")
+            say(err, f"{signal.Signals(guard.received[-1]).name} again: killing {name}")
             _quiet(container.kill)
             break
     stopper.join(timeout=timeout + 5)
@@ -377,7 +377,7 @@ def run(job: Job, engine: Engine, out: TextIO | None = sys.stdout, err: TextIO |
             cmd = torchrun.command(job.plan, torchrun.Target.selftest(job.selftest_args), nproc)
             kw = container_kwargs(job, "selftest", cmd, extra_env)
             found_st: dict = {}
-            _say(err, f"run {job.run_id}: self-test in {kw['name']}: $ {_join(cmd)}")
+            say(err, f"run {job.run_id}: self-test in {kw['name']}: $ {_join(cmd)}")
             selftest = run_container(engine, kw, "selftest", guard, out, err, job.keep, job.stop_timeout,
                                      on_line=lambda line: _document(line, SELFTEST_SCHEMA, found_st))
             selftest.selftest = found_st.get("doc")
@@ -385,7 +385,7 @@ def run(job: Job, engine: Engine, out: TextIO | None = sys.stdout, err: TextIO |
             cmd = torchrun.command(job.plan, torchrun.Target.check(job.check_args), nproc)
             kw = container_kwargs(job, "check", cmd, extra_env)
             found: dict = {}
-            _say(err, f"run {job.run_id}: collective check in {kw['name']}: $ {_join(cmd)}")
+            say(err, f"run {job.run_id}: collective check in {kw['name']}: $ {_join(cmd)}")
             check = run_container(engine, kw, "check", guard, out, err, job.keep, job.stop_timeout,
                                   on_line=lambda line: _document(line, COLLECTIVE_SCHEMA, found))
             check.collective = found.get("doc")
@@ -393,7 +393,7 @@ def run(job: Job, engine: Engine, out: TextIO | None = sys.stdout, err: TextIO |
                 check is None or passed(check)):
             cmd = torchrun.command(job.plan, job.target, nproc)
             kw = container_kwargs(job, "run", cmd, extra_env)
-            _say(err, f"run {job.run_id}: {job.target.kind} in {kw['name']}: $ {_join(cmd)}")
+            say(err, f"run {job.run_id}: {job.target.kind} in {kw['name']}: $ {_join(cmd)}")
             main = run_container(engine, kw, "run", guard, out, err, job.keep, job.stop_timeout)
     # Everything launch sets in the container: the plan's variables, then its own and -e.
     env = {**dict(job.plan.runtime_env), **{e.name: e.value for e in job.plan.env if e.value is not None}, **extra_env}
@@ -532,7 +532,8 @@ def describe(doc: dict) -> list[str]:
 # -- helpers --------------------------------------------------------------------------------
 
 
-def _say(err: TextIO | None, text: str) -> None:
+def say(err: TextIO | None, text: str) -> None:
+    """One progress line of launch's own on `err` (launch and launch --job); a closed pipe is not an error."""
     if err is not None:
         try:
             err.write(f"provision launch: {text}\n")
