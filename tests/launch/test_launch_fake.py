@@ -14,8 +14,8 @@ import pytest
 from provisioner.devices import plan as devices
 from provisioner.engine.errors import EngineUnavailable
 from provisioner.engine.fake import FakeEngine
+from provisioner.launch import container, torchrun
 from provisioner.launch import run as launch
-from provisioner.launch import torchrun
 from provisioner.launch.collective import SCHEMA as COLLECTIVE
 
 IMAGE = "provision/pytorch:test"
@@ -193,7 +193,7 @@ def test_an_intended_stop_reads_as_one_line(engine, sim_host, shipped):
 def test_a_slow_stop_says_what_it_waits_for(engine, sim_host, shipped, monkeypatch):
     import time
 
-    monkeypatch.setattr(launch, "ANNOUNCE_STOP_S", 0.2)
+    monkeypatch.setattr(container, "ANNOUNCE_STOP_S", 0.2)
     started = threading.Event()
 
     def program(proc):
