@@ -6,6 +6,8 @@
               carries which framework
     memory    the per-chip memory estimate a job is checked against the card's HBM
     plan      everything validated together -> JobPlan (paths, steps, rendered scripts and configs)
+    render    the JobPlan's files from templates/jobs/ (the shq / json / num filters, the template context,
+              the Ray ports)
     k8s       Volcano Job (torchrun / msrun jobs) and KubeRay RayJob (GRPO) manifests for a JobPlan
 
 `provision launch --job` (provisioner.launch.jobrun) runs a JobPlan in Docker; `provision k8s --job`

@@ -7,7 +7,7 @@ launch variables must be known and in range, and the per-chip memory estimate mu
 Every refusal becomes one line (JobRefused joins the reasons).
 
 The plan's files (step scripts, the driver run.sh, framework configs) are rendered from
-templates/jobs/ and written under <output>/provision-job/ by the launcher, or into a ConfigMap by
+templates/jobs/ by provisioner.jobs.render and written under <output>/provision-job/ by the launcher, or into a ConfigMap by
 `provision k8s --job`.
 """
 
