@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 
+from provisioner import validate
 from provisioner.devices import k8s as dk8s
 from provisioner.devices.plan import DevicePlan
 from provisioner.errors import ProvisionError
@@ -195,7 +196,8 @@ def header(jplan, dplan: DevicePlan) -> list[str]:
         f"# memory estimate: {jplan.memory['total_mb'] / 1024:.1f} GB of {(jplan.memory['hbm_mb'] or 0) / 1024:.0f} GB per chip",
     ]
     lines.extend(f"# note: {n}" for n in list(jplan.notes) + list(dplan.notes))
-    return lines
+    # A note names the job file as given on the command line: it must not leave its comment line.
+    return [validate.comment(line) for line in lines]
 
 
 def render(docs: list[dict], jplan, dplan: DevicePlan) -> str:

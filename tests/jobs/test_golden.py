@@ -232,3 +232,16 @@ def test_provision_k8s_job_cli(host, stacks, tmp_path, capsys):
     out, err = capsys.readouterr()
     assert rc == 2 and err.count("\n") == 1 and out == ""
     assert "TP2 x PP1 x DP2 uses 4 chips but the launch has 8" in err
+
+
+def test_header_notes_stay_on_their_comment_lines(shipped, stacks, host, tmp_path):
+    """A note carries the job file's name as given: a newline in it cannot start a YAML line of its own."""
+    jplan, docs, _ = render_case("seed003-sft-mindspeed", shipped, stacks, host, tmp_path)
+    jplan.notes.append(f"{tmp_path}/j\nkind: Evil/job.yaml:9: a note")
+    dplan = devices.plan(shipped, devices.Options(card="800T-A2", devices="0-3", root=str(host.root),
+                                                  dev_root=str(host.dev_root), check_in_use=False))
+    text = jobk8s.render(docs, jplan, dplan)
+    head = text.split("\n---\n")[0].splitlines()
+    assert all(line.startswith("# ") for line in head) and "kind: Evil" not in [line.strip() for line in text.splitlines()]
+    assert any("j\\x0akind: Evil" in line for line in head)
+    assert [d["kind"] for d in yaml.safe_load_all(text) if d] == ["ConfigMap", "Job"]
