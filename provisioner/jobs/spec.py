@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from provisioner import validate
 from provisioner.errors import ProvisionError
 
 NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?\Z")  # a DNS-1035 label, as KubeRay wants a RayJob name
@@ -319,9 +320,13 @@ def _float(doc: dict, key: str, where: dict, section: str, default):
             value = float(value)  # YAML 1.1 reads 1e-6 (no dot) as text
         except ValueError:
             pass
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-        raise ProvisionError(f"{where[dotted]}: {dotted} must be a non-negative number, got {doc[key]!r}")
-    return float(value)
+    try:
+        number = validate.finite(value, dotted)  # .nan and .inf are YAML floats
+    except validate.Invalid:
+        number = -1
+    if number < 0:
+        raise ProvisionError(f"{where[dotted]}: {dotted} must be a finite, non-negative number, got {doc[key]!r}")
+    return float(number)
 
 
 def _choice(doc: dict, key: str, choices: tuple, where: dict, section: str, default: str) -> str:

@@ -42,6 +42,13 @@ def _error(tmp_path, text: str, config=QWEN7B_CONFIG) -> str:
     (("name: qwen25-7b-sft", "name: Qwen_SFT"), 2, "use lower-case letters, digits and '-'"),
     (("format: alpaca", "format: csv"), 4, "data.format must be one of alpaca, sharegpt"),
     (("save_interval: 500", "save_interval: 5000"), 6, "save_interval 5000 is more than steps 2000"),
+    (("save_interval: 500", "save_interval: 500, lr: .nan"), 6, "train.lr must be a finite, non-negative number"),
+    (("save_interval: 500", "save_interval: 500, lr: .inf"), 6, "train.lr must be a finite, non-negative number"),
+    (("save_interval: 500", "save_interval: 500, min_lr: nan"), 6, "train.min_lr must be a finite"),
+    (("save_interval: 500", "save_interval: 500, weight_decay: -.inf"), 6, "train.weight_decay must be a finite"),
+    (("save_interval: 500", "save_interval: 500, lr: -1"), 6, "train.lr must be a finite, non-negative number"),
+    (("output: /output/qwen25-7b-sft", "output: /output/qwen25-7b-sft\ngrpo: {temperature: .inf}"), 8,
+     "grpo.temperature must be a finite, non-negative number"),
 ])
 def test_field_errors_name_the_line(tmp_path, edit, line, words):
     old, new = edit
