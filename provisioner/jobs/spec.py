@@ -177,6 +177,9 @@ def parse(doc, source: str) -> JobSpec:
         map_keys=_map_keys(data_doc, where),
         prompt_type=_opt_word(data_doc, "prompt_type", where, "data"),
     )
+    if os.path.dirname(data.path) == "/":
+        raise ProvisionError(f"{where['data.path']}: data.path {data.path}: put the data file in a directory of its own"
+                             " (its directory is mounted into the containers, and / is the whole host)")
     par_doc = _section(doc, "parallel", PARALLEL_KEYS, where, source)
     parallel = Parallel(
         tensor=_int(par_doc, "tensor", where, "parallel", 1),
