@@ -94,32 +94,29 @@ def bootstrap(jplan, ray: bool) -> str:
 
 
 def storage(jplan, pvcs: list[tuple[str, str]]) -> tuple[list[dict], list[dict]]:
-    """Volumes for the model, the data file's directory and the output: a claim that covers a path serves it,
-    else a hostPath at the same path (shared storage mounted alike on every node)."""
-    import os
+    """Volumes for the job's mounts (provisioner.jobs.plan.mounts, as `launch --job` binds them): a claim that
+    covers a path serves it, else a hostPath at the same path (shared storage mounted alike on every node)."""
+    from provisioner.jobs.plan import mounts
 
-    spec = jplan.spec
-    wanted = [("model", spec.model, "Directory", True), ("data", os.path.dirname(spec.data.path) or "/", "Directory", True),
-              ("output", spec.output, "DirectoryOrCreate", False)]
+    wanted = mounts(jplan.spec)
     volumes: list[dict] = []
-    mounts: list[dict] = []
-    used: set[str] = set()
+    out: list[dict] = []
+    used: list[str] = []
     for n, (claim, mount) in enumerate(pvcs):
-        if any(_inside(path, mount) for _, path, _, _ in wanted):
+        if any(_inside(path, mount) for _, path, _ in wanted):
             volumes.append({"name": f"pvc-{n}", "persistentVolumeClaim": {"claimName": claim}})
-            mounts.append({"name": f"pvc-{n}", "mountPath": mount})
-            used.add(mount)
-    seen: list[str] = []
-    for vname, path, kind, ro in wanted:
-        if any(_inside(path, m) for m in used) or any(_inside(path, s) for s in seen):
+            out.append({"name": f"pvc-{n}", "mountPath": mount})
+            used.append(mount)
+    for role, path, mode in wanted:
+        if any(_inside(path, m) for m in used):
             continue
-        seen.append(path)
-        volumes.append({"name": f"job-{vname}", "hostPath": {"path": path, "type": kind}})
-        entry: dict = {"name": f"job-{vname}", "mountPath": path}
-        if ro:
+        kind = "Directory" if mode == "ro" else "DirectoryOrCreate"
+        volumes.append({"name": f"job-{role}", "hostPath": {"path": path, "type": kind}})
+        entry: dict = {"name": f"job-{role}", "mountPath": path}
+        if mode == "ro":
             entry["readOnly"] = True
-        mounts.append(entry)
-    return volumes, mounts
+        out.append(entry)
+    return volumes, out
 
 
 def _inside(path: str, parent: str) -> bool:

@@ -300,6 +300,26 @@ def paths(spec: JobSpec, kind: dict) -> dict:
     }
 
 
+def mounts(spec: JobSpec) -> list[tuple[str, str, str]]:
+    """What a job's containers mount, each at its own path: [(role, path, "ro" | "rw")].
+
+    The model directory and the data file's directory read-only, the output directory read-write. The data
+    directory is left out when the model or the output directory holds it; a read-write output inside the
+    read-only data directory gets its own mount inside that one. `launch --job` (Docker binds) and `k8s --job`
+    (hostPath volumes) both mount this list, so a layout behaves the same in both; Docker and the CRI runtimes
+    mount a parent before the paths inside it, whatever the order here."""
+    data_dir = os.path.dirname(spec.data.path)
+    out = [("model", spec.model, "ro")]
+    if not _under(data_dir, spec.model) and not _under(data_dir, spec.output):
+        out.append(("data", data_dir, "ro"))
+    out.append(("output", spec.output, "rw"))
+    return out
+
+
+def _under(path: str, parent: str) -> bool:
+    return path == parent or path.startswith(parent.rstrip("/") + "/")
+
+
 def steps(plan: JobPlan) -> list[Step]:
     fields = {k: v for k, v in plan.paths.items()}
     out = []

@@ -61,19 +61,11 @@ class JobRun:
 
 
 def job_mounts(plan) -> list[tuple[str, str, str]]:
-    """The model directory and the data file's directory (read-only), the output directory (read-write),
-    each at its own path, so the scripts' paths are the same inside and out."""
-    spec = plan.spec
-    data_dir = os.path.dirname(spec.data.path) or "/"
-    out = [(spec.model, spec.model, "ro")]
-    if not _inside(data_dir, spec.model) and not _inside(data_dir, spec.output):
-        out.append((data_dir, data_dir, "ro"))
-    out.append((spec.output, spec.output, "rw"))
-    return out
+    """(host, container, mode) binds of the job's storage: provisioner.jobs.plan.mounts, each at its own path,
+    so the scripts' paths are the same inside and out."""
+    from provisioner.jobs.plan import mounts
 
-
-def _inside(path: str, parent: str) -> bool:
-    return path == parent or path.startswith(parent.rstrip("/") + "/")
+    return [(path, path, mode) for _, path, mode in mounts(plan.spec)]
 
 
 def image_framework(info: ImageInfo) -> dict | None:

@@ -160,3 +160,42 @@ def test_the_package_docstring_names_every_module():
     listed = set(re.findall(r"^    (\w+)\s{2,}", pkg.__doc__ or "", re.M))
     modules = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"}
     assert modules <= listed, f"not in the docstring: {sorted(modules - listed)}"
+
+
+@pytest.mark.parametrize("data, output, expected", [
+    # one shared filesystem: the data beside the runs; the output mounted rw inside the ro data directory
+    ("/mnt/shared/alpaca.json", "/mnt/shared/runs/sft",
+     [("/models/Qwen2.5-7B", "ro"), ("/mnt/shared", "ro"), ("/mnt/shared/runs/sft", "rw")]),
+    # the data inside the output: the output's rw mount serves it
+    ("/out/job/train.json", "/out/job", [("/models/Qwen2.5-7B", "ro"), ("/out/job", "rw")]),
+    ("/out/job/data/train.json", "/out/job", [("/models/Qwen2.5-7B", "ro"), ("/out/job", "rw")]),
+    # the data inside the model directory
+    ("/models/Qwen2.5-7B/train.json", "/out/job", [("/models/Qwen2.5-7B", "ro"), ("/out/job", "rw")]),
+])
+def test_k8s_and_launch_mount_nested_layouts_alike(shipped, stacks, sft_job, data, output, expected):
+    """`k8s --job` volumes and `launch --job` binds come from one mount plan: an output nested in the data
+    directory stays writable, and data inside the output is not mounted read-only over it."""
+    from provisioner.jobs import k8s as jobk8s
+    from provisioner.launch import jobrun
+
+    job = sft_job(SFT.replace("/data/alpaca_data.json", data).replace("/output/qwen25-7b-sft", output))
+    p = build(shipped, job, stacks["llm"])
+    binds = jobrun.job_mounts(p)
+    assert [(h, m) for h, c, m in binds if h == c] == expected
+    volumes, mounts = jobk8s.storage(p, [])
+    assert [v["name"] for v in volumes] == [m["name"] for m in mounts]
+    k8s = [(v["hostPath"]["path"], m["mountPath"], "ro" if m.get("readOnly") else "rw") for v, m in zip(volumes, mounts, strict=True)]
+    assert k8s == binds
+    kinds = {v["hostPath"]["path"]: v["hostPath"]["type"] for v in volumes}
+    assert kinds[output] == "DirectoryOrCreate"
+
+
+def test_a_claim_serves_the_paths_under_it(shipped, stacks, sft_job):
+    from provisioner.jobs import k8s as jobk8s
+
+    job = sft_job(SFT.replace("/data/alpaca_data.json", "/mnt/shared/a.json")
+                  .replace("/output/qwen25-7b-sft", "/mnt/shared/runs/sft"))
+    volumes, mounts = jobk8s.storage(build(shipped, job, stacks["llm"]), [("shared", "/mnt/shared")])
+    assert [(m["mountPath"], m.get("readOnly", False)) for m in mounts] == [
+        ("/mnt/shared", False), ("/models/Qwen2.5-7B", True)]
+    assert volumes[0]["persistentVolumeClaim"] == {"claimName": "shared"}
