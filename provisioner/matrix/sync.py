@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from provisioner.arch import ARCHES
 from provisioner.errors import ProvisionError
 from provisioner.matrix.snapshot import Facts, write_atomic
-from provisioner.matrix.verify import _key, _minors, _range_text
+from provisioner.matrix.verify import minors, range_text, version_key
 from provisioner.matrix.versions import V, VersionError, sort_versions
 
 SCHEMA = "provision.matrix-sync/1"
@@ -57,7 +57,7 @@ def _pythons(wheels) -> dict[str, set]:
 
 
 def _known(rows, field_name) -> set:
-    return {_key(r[field_name]) for r in rows}
+    return {version_key(r[field_name]) for r in rows}
 
 
 def _pin_version(pins: set[str]) -> str | None:
@@ -80,10 +80,10 @@ class Syncer:
     def _ranged(self, version: str, pythons: dict[str, set]) -> dict:
         row: dict = {}
         union = pythons["x86_64"] | pythons["aarch64"]
-        row["python"] = _range_text(union)
+        row["python"] = range_text(union)
         for arch in ARCHES:
             if pythons[arch] != union and pythons[arch]:
-                row.setdefault("wheels", {})[arch] = _range_text(pythons[arch])
+                row.setdefault("wheels", {})[arch] = range_text(pythons[arch])
         if "," in row["python"]:  # a gap: keep the contiguous ends, say so
             row["python"] = f"{sort_versions(union)[0]}-{sort_versions(union)[-1]}"
         return row
@@ -94,8 +94,8 @@ class Syncer:
         known = _known(self.m.rows("torch_npu"), "wheel")
         table = [r for r in self.m.rows("torch_npu") if r.get("cann") and (r.get("pairing") or (
             "derived" if r.get("cann_inferred") else "table")) == "table"]
-        for version, wheels in sorted(self.f.releases("torch-npu").items(), key=lambda i: _key(i[0])):
-            if _key(version) in known:
+        for version, wheels in sorted(self.f.releases("torch-npu").items(), key=lambda i: version_key(i[0])):
+            if version_key(version) in known:
                 continue
             try:
                 v = V(version)
@@ -134,8 +134,8 @@ class Syncer:
         rows = self.m.rows("mindspore")
         known = _known(rows, "version")
         oldest = min((V(r["version"]) for r in rows), key=lambda v: v.key, default=None)
-        for version, wheels in sorted(self.f.releases("mindspore").items(), key=lambda i: _key(i[0])):
-            if _key(version) in known:
+        for version, wheels in sorted(self.f.releases("mindspore").items(), key=lambda i: version_key(i[0])):
+            if version_key(version) in known:
                 continue
             try:
                 v = V(version)
@@ -161,16 +161,16 @@ class Syncer:
 
     def python_tags(self):
         for section, project, key in (("torch_npu", "torch-npu", "wheel"), ("mindspore", "mindspore", "version")):
-            releases = {_key(v): w for v, w in self.f.releases(project).items()}
+            releases = {version_key(v): w for v, w in self.f.releases(project).items()}
             for row in self.m.rows(section):
-                wheels = releases.get(_key(row[key]))
+                wheels = releases.get(version_key(row[key]))
                 if not wheels or not row.get("python"):
                     continue
                 union = _pythons(wheels)["x86_64"] | _pythons(wheels)["aarch64"]
-                new = union - _minors(row["python"])
-                if not new or not all(V(n) > V(max(_minors(row["python"]), key=lambda s: V(s).key)) for n in new):
+                new = union - minors(row["python"])
+                if not new or not all(V(n) > V(max(minors(row["python"]), key=lambda s: V(s).key)) for n in new):
                     continue  # only wheels for newer Pythons are "new tags"; anything else is verify's business
-                patch = {key: row[key], "python": _range_text(union | _minors(row["python"])),
+                patch = {key: row[key], "python": range_text(union | minors(row["python"])),
                          "notes": f"wheels for Python {', '.join(sort_versions(new))} appeared on the index"
                                   f" ({self.f.taken}); {row.get('notes', '')}".rstrip("; "),
                          "source": [*row.get("source", []), self.source]}
@@ -196,7 +196,7 @@ class Syncer:
             pys = _pythons(wheels)["aarch64"]
             self.report.findings.append(Finding(
                 "torch", ", ".join(str(v) for v, _ in releases),
-                f"torch {minor[0]}.{minor[1]} is newer than every torch line in the matrix (Python {_range_text(pys)}"
+                f"torch {minor[0]}.{minor[1]} is newer than every torch line in the matrix (Python {range_text(pys)}"
                 f" on aarch64); torch_npu builds for it: {', '.join(builds) or 'none yet'}"))
 
     def run(self) -> SyncReport:

@@ -74,14 +74,14 @@ class Report:
                 "claims": [asdict(c) for c in self.claims if c.status != "ok"]}
 
 
-def _key(text: str):
+def version_key(text: str):
     try:
         return V(text).key
     except VersionError:
         return text
 
 
-def _minors(rng: str | None) -> set[str]:
+def minors(rng: str | None) -> set[str]:
     """The Python minor versions a range covers ("3.9-3.11" -> {"3.9", "3.10", "3.11"})."""
     if not rng:
         return set()
@@ -91,14 +91,14 @@ def _minors(rng: str | None) -> set[str]:
     return {f"{r.lo[0]}.{n}" for n in range(r.lo[1], r.hi[1] + 1)}
 
 
-def _range_text(minors) -> str:
+def range_text(versions) -> str:
     """{"3.9", "3.10", "3.11"} -> "3.9-3.11"; a set with gaps is listed."""
-    items = sort_versions(minors)
+    items = sort_versions(versions)
     if not items:
         return "none"
     text = f"{items[0]}-{items[-1]}" if len(items) > 1 else items[0]
     try:
-        return text if _minors(text) == set(items) else ", ".join(items)
+        return text if minors(text) == set(items) else ", ".join(items)
     except (ValueError, VersionError):  # "py3" wheels, or a set across major versions
         return ", ".join(items)
 
@@ -107,7 +107,7 @@ def _tags_summary(wheels) -> str:
     by_arch: dict = {}
     for w in wheels:
         by_arch.setdefault(w.arch, set()).update(w.pythons)
-    return "; ".join(f"{a} py {_range_text(p)}" for a, p in sorted(by_arch.items()))
+    return "; ".join(f"{a} py {range_text(p)}" for a, p in sorted(by_arch.items()))
 
 
 class Verifier:
@@ -124,9 +124,9 @@ class Verifier:
         self.report.claims.append(Claim(check, subject, fld, str(claimed), str(found), evidence, at, status))
 
     def release(self, project: str, version: str):
-        want = _key(version)
+        want = version_key(version)
         for v, wheels in self.f.releases(project).items():
-            if _key(v) == want:
+            if version_key(v) == want:
                 return v, wheels
         return None, []
 
@@ -157,14 +157,14 @@ class Verifier:
         for arch, published in per_arch.items():
             claimed = declared.get(arch) or claimed_default
             fld = f"wheels.{arch}" if arch in declared else where
-            have = _minors(claimed)
+            have = minors(claimed)
             if not claimed:
-                self.add("python", f"{section} {version}", fld, "none", _range_text(published),
-                         f"{arch}: wheels published for Python {_range_text(published)}; the row states no range",
+                self.add("python", f"{section} {version}", fld, "none", range_text(published),
+                         f"{arch}: wheels published for Python {range_text(published)}; the row states no range",
                          row["_at"], ok=False)
                 continue
-            self.add("python", f"{section} {version}", fld, claimed, _range_text(published),
-                     f"{arch}: wheels for Python {_range_text(published)} ({self.index_note})", row["_at"],
+            self.add("python", f"{section} {version}", fld, claimed, range_text(published),
+                     f"{arch}: wheels for Python {range_text(published)} ({self.index_note})", row["_at"],
                      ok=have == published)
 
     def torch_pins(self, row: dict, wheels):
@@ -188,7 +188,7 @@ class Verifier:
                 seen.setdefault(w.pin or "", []).extend(w.pythons)
             bad = {pin: py for pin, py in seen.items() if pin != expected}
             source = f"torch_pin.{arch} of the row" if override else f"torch_wheels rule {rule['id']}"
-            found = "; ".join(f"{pin or 'no torch requirement'} (py {_range_text(py)})" for pin, py in sorted(seen.items()))
+            found = "; ".join(f"{pin or 'no torch requirement'} (py {range_text(py)})" for pin, py in sorted(seen.items()))
             self.add("torch-pin", f"torch_npu {row['wheel']}", f"torch {row['torch']} ({arch})",
                      expected or "no torch requirement", found,
                      f"Requires-Dist of the {arch} wheels' METADATA; expected from {source}", row["_at"],
@@ -217,9 +217,9 @@ class Verifier:
             return
         product = row.get("product")
         paired = {r["cann"] for r in self.m.rows("torch_npu") if r.get("product") and product
-                  and _key(r["product"]) == _key(product) and r.get("cann")
+                  and version_key(r["product"]) == version_key(product) and r.get("cann")
                   and (r.get("pairing") or ("derived" if r.get("cann_inferred") else "table")) == "table"}
-        ok = bool(product) and bool(row.get("notes")) and any(_key(c) == _key(row["cann"]) for c in paired)
+        ok = bool(product) and bool(row.get("notes")) and any(version_key(c) == version_key(row["cann"]) for c in paired)
         self.add("derived", subject, "cann", row["cann"], ", ".join(sort_versions(paired)) or "no table row",
                  f"derived from TorchNPU {product}: the CANN its table rows pair with; the notes must say how the"
                  f" wheel belongs to that release ({(row.get('notes') or 'no notes')[:120]})", row["_at"], ok=ok)
@@ -229,7 +229,7 @@ class Verifier:
             ext = self.f.extracts.get(src)
             if not ext or not ext.get("pairs"):
                 continue
-            hit = next((p for p in ext["pairs"] if _key(p[0]) == _key(row["wheel"])), None)
+            hit = next((p for p in ext["pairs"] if version_key(p[0]) == version_key(row["wheel"])), None)
             subject = f"torch_npu {row['wheel']}"
             if hit is None:
                 self.add("citation", subject, "source", src, "no such row",
@@ -239,9 +239,9 @@ class Verifier:
             diffs = []
             if row.get("branch") and row["branch"].lower() != branch.lower():
                 diffs.append(f"branch {branch}")
-            if _key(torch) != _key(row["torch"]):
+            if version_key(torch) != version_key(row["torch"]):
                 diffs.append(f"torch {torch}")
-            if row.get("cann") and _key(cann) != _key(row["cann"]):
+            if row.get("cann") and version_key(cann) != version_key(row["cann"]):
                 diffs.append(f"CANN {cann}")
             self.add("citation", subject, "source", src, f"{branch} / torch {torch} / CANN {cann}",
                      f"{src} ({ext['read']}) pairs {wheel} with " + (", ".join(diffs) if diffs else "the same values"),
@@ -274,10 +274,10 @@ class Verifier:
                 ext = self.f.extracts.get(src)
                 if not ext or "python" not in ext:
                     continue
-                value = next((v for k, v in ext["python"].items() if _key(k) == _key(row["version"])), None)
+                value = next((v for k, v in ext["python"].items() if version_key(k) == version_key(row["version"])), None)
                 others = [ (self.f.extracts.get(s) or {}).get("python", {}) for s in row["source"] if s != src]
-                agrees = value is not None and _minors(value) == _minors(row["python"])
-                backed = agrees or any(_minors(o.get(row["version"])) == _minors(row["python"]) for o in others if o)
+                agrees = value is not None and minors(value) == minors(row["python"])
+                backed = agrees or any(minors(o.get(row["version"])) == minors(row["python"]) for o in others if o)
                 if value is None:
                     self.add("citation", subject, "source", src, "no such row",
                              f"{src} ({ext['read']}) has no Python row for torch {row['version']}: the citation does"
@@ -288,9 +288,9 @@ class Verifier:
             _, wheels = self.release("torch", row["version"])
             if wheels:
                 published = {p for w in wheels if w.arch == "aarch64" for p in w.pythons}
-                missing = _minors(row["python"]) - published
-                self.add("python", subject, "python", row["python"], _range_text(published),
-                         f"torch {row['version']} aarch64 wheels on the index: Python {_range_text(published)}"
+                missing = minors(row["python"]) - published
+                self.add("python", subject, "python", row["python"], range_text(published),
+                         f"torch {row['version']} aarch64 wheels on the index: Python {range_text(published)}"
                          f" ({self.index_note})", row["_at"], ok=not missing)
 
     def images(self):

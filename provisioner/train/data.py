@@ -31,7 +31,7 @@ class Conversation:
 def load_conversations(paths: list[str], data_format: str = "auto") -> list[Conversation]:
     out: list[Conversation] = []
     for path in paths:
-        for where, record in _records(Path(path)):
+        for where, record in records(Path(path)):
             out.append(to_conversation(record, where, data_format))
     return out
 
@@ -116,7 +116,7 @@ def _text(rec: dict[str, Any], key: str, where: str, required: bool) -> str:
     return value
 
 
-def _records(path: Path) -> Iterator[tuple[str, Any]]:
+def records(path: Path) -> Iterator[tuple[str, Any]]:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from provisioner.train.data import DataError, _records
+from provisioner.train.data import DataError, records
 
 # DeepSeek-R1's reasoning prompt (arXiv:2501.12948, table 1), the one the format reward checks.
 R1_SYSTEM_PROMPT = (
@@ -40,7 +40,7 @@ def load_prompts(paths: list[str], data_format: str = "auto") -> list[PromptReco
     for path in paths:
         from pathlib import Path
 
-        for where, record in _records(Path(path)):
+        for where, record in records(Path(path)):
             out.append(to_prompt(record, where, data_format))
     return out
 
