@@ -129,6 +129,12 @@ def build(matrix, spec: JobSpec, card: str, chips_per_node: int, nnodes: int = 1
         where = f"{chips_per_node} chip(s)" + (f" x {nnodes} nodes" if nnodes > 1 else "")
         reasons.append(f"{spec.at('parallel')}: {par.label()} uses {par.chips} chips but the launch has {world}"
                        f" ({where}); make tensor x pipeline x data = {world}")
+    if spec.storage == "local" and nnodes > 1:
+        # Megatron / MindSpeed / MindFormers write each rank's checkpoint shards on the node the rank runs on
+        # (the iteration tracker on node 0 only): no node would hold a whole checkpoint to resume or export.
+        reasons.append(f"{spec.at('storage')}: storage: local on {nnodes} nodes leaves each node only its own ranks'"
+                       " checkpoint shards (no node can resume or export the model); put the output on a filesystem"
+                       " every node mounts at the same path and write storage: shared")
     if kind["id"] == "mindspeed-rl-grpo" and spec.grpo is None:
         spec = replace(spec, grpo=_default_grpo())
     if kind["id"] != "mindspeed-rl-grpo" and spec.grpo is not None:

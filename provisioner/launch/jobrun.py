@@ -7,7 +7,7 @@
 
 The model directory and the data file's directory are mounted read-only at their own paths, the output
 directory read-write; a job spanning nodes runs this on every node with its --node-rank (shared storage
-at the same paths, or `storage: local`). Container start, log streaming, signals and removal are
+at the same paths; `storage: local` is for one node). Container start, log streaming, signals and removal are
 provisioner.launch.run's, through any provisioner.engine Engine (Docker, or the fake in unit tests).
 """
 

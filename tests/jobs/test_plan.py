@@ -199,3 +199,13 @@ def test_a_claim_serves_the_paths_under_it(shipped, stacks, sft_job):
     assert [(m["mountPath"], m.get("readOnly", False)) for m in mounts] == [
         ("/mnt/shared", False), ("/models/Qwen2.5-7B", True)]
     assert volumes[0]["persistentVolumeClaim"] == {"claimName": "shared"}
+
+
+def test_local_storage_only_on_one_node(shipped, stacks, sft_job):
+    """Each rank writes its checkpoint shards on its own node: with storage: local on 2 nodes none holds a
+    whole checkpoint, so the plan refuses it (naming the fix); one node keeps working."""
+    job = sft_job(SFT + "storage: local\n")
+    msg = refused(shipped, job, stacks["llm"], chips=2, nnodes=2)
+    assert msg.startswith(f"{job.source}:8: storage: local on 2 nodes") and "storage: shared" in msg, msg
+    assert build(shipped, job, stacks["llm"]).spec.storage == "local"
+    assert build(shipped, sft_job(SFT), stacks["llm"], chips=2, nnodes=2).nnodes == 2
