@@ -140,6 +140,8 @@ def build(matrix, spec: JobSpec, card: str, chips_per_node: int, nnodes: int = 1
     if kind["id"] != "mindspeed-rl-grpo" and spec.grpo is not None:
         reasons.append(f"{spec.at('grpo')}: grpo: belongs to mindspeed-rl-grpo jobs, not {kind['id']}")
 
+    reasons += data_option_reasons(spec, kind)
+
     config_path = spec.model_config or os.path.join(spec.model, "config.json")
     where = spec.at("model_config" if spec.model_config else "model")
     mtype = models.model_type(config_path)
@@ -194,6 +196,17 @@ def _default_grpo():
     from provisioner.jobs.spec import Grpo
 
     return Grpo()
+
+
+def data_option_reasons(spec: JobSpec, kind: dict) -> list[str]:
+    """data.map_keys / data.prompt_type given to a kind whose templates do not read them (job_kinds data_options
+    in matrices/jobs.yaml): refused, or the job would run on the data's unrenamed fields without a word."""
+    used = set(kind.get("data_options") or ())
+    given = {"map_keys": bool(spec.data.map_keys), "prompt_type": spec.data.prompt_type is not None}
+    return [f"{spec.at('data.' + key)}: data.{key} is not used by {kind['id']} jobs (their preprocessing reads the"
+            f" {spec.data.format} format's own fields and template); remove it" + (
+                " and rename the data's fields to the format's" if key == "map_keys" else "")
+            for key in ("map_keys", "prompt_type") if given[key] and key not in used]
 
 
 def shape_reasons(spec: JobSpec, shape: models.Shape, par: Parallel) -> list[str]:

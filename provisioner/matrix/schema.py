@@ -391,8 +391,9 @@ SECTIONS: dict[str, Section] = {
          "steps": records({"id": STR, "title": STR, "template": STR, "run": enum("once", "distributed", "ray"),
                            "outputs": list_of(STR)}),
          "env": STR_MAP},
-        dict(NOTES),
-        doc="framework job kinds: their steps (templates/jobs/<kind>/), launcher and default environment",
+        {"data_options": list_of(enum("map_keys", "prompt_type")), **NOTES},
+        doc="framework job kinds: their steps (templates/jobs/<kind>/), launcher, default environment and the"
+            " job file's data: options their templates use (others are refused)",
     ),
     "job_models": Section(
         "model_type",

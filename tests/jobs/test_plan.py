@@ -209,3 +209,26 @@ def test_local_storage_only_on_one_node(shipped, stacks, sft_job):
     assert msg.startswith(f"{job.source}:8: storage: local on 2 nodes") and "storage: shared" in msg, msg
     assert build(shipped, job, stacks["llm"]).spec.storage == "local"
     assert build(shipped, sft_job(SFT), stacks["llm"], chips=2, nnodes=2).nnodes == 2
+
+
+def test_data_options_only_for_kinds_that_read_them(shipped, stacks, sft_job):
+    """MindSpore SFT's preprocessing reads neither map_keys nor prompt_type: given, they are refused (file:line)
+    rather than ignored; the MindSpeed kinds keep them."""
+    text = SFT.replace("format: alpaca}", "format: alpaca, map_keys: {prompt: problem}, prompt_type: qwen}")
+    job = sft_job(text.replace("mindspeed-llm-sft", "mindspore-sft"))
+    msg = refused(shipped, job, stacks["mindformers"])
+    assert f"{job.source}:4: data.map_keys is not used by mindspore-sft jobs" in msg, msg
+    assert "data.prompt_type is not used by mindspore-sft jobs" in msg
+    p = build(shipped, sft_job(text), stacks["llm"])
+    assert "--map-keys" in p.files["steps/02-preprocess.sh"] and "--prompt-type qwen" in p.files["steps/02-preprocess.sh"]
+
+
+def test_data_options_in_the_matrix_match_the_templates(shipped):
+    """job_kinds data_options (matrices/jobs.yaml) lists exactly the data: options a kind's templates read."""
+    from provisioner.paths import data_dir
+
+    for row in shipped.rows("job_kinds"):
+        folder = data_dir("templates") / "jobs" / row["id"]
+        text = "".join(p.read_text() for p in sorted(folder.rglob("*.j2")))
+        read = {key for key in ("map_keys", "prompt_type") if f"data.{key}" in text}
+        assert read == set(row.get("data_options") or ()), row["id"]
