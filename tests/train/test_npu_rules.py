@@ -114,3 +114,30 @@ def test_packing_cap_limits_samples_per_row_and_batch():
                               max_seqs=1024)
     sizes = [sum(len(r) for r in stream.get(i)) for i in range(stream.epoch_size(0))]
     assert max(sizes) <= 1024 and sum(sizes) == 3000
+
+
+@pytest.mark.parametrize("strategy", ["zero2", "zero3"])
+def test_zero_with_fp16_is_refused_on_a_saturating_chip_at_either_stage(strategy):
+    """DeepSpeed's stage 2 and stage 3 both detect overflow only by Inf/NaN (_has_inf_or_nan)."""
+    from provisioner.train import zero
+
+    with pytest.raises(ConfigError, match=f"strategy: {strategy} with fp16 would apply saturated gradients"):
+        zero.check_supported(npu("Ascend910A", inf_nan=False), Precision("fp16", True), strategy)
+    zero.check_supported(npu("Ascend910B3"), Precision("fp16", True), strategy)  # Inf/NaN mode: fine
+    zero.check_supported(npu("Ascend910A", inf_nan=False), Precision("fp32", False), strategy)
+
+
+def test_grpo_gives_transformers_a_process_group_timeout_on_the_npu(monkeypatch):
+    """transformers makes timedelta(seconds=ddp_timeout) off the CPU: the GRPO arguments carry the trainer's own
+    process-group timeout (1800 s, or HCCL_EXEC_TIMEOUT + margin), never None."""
+    pytest.importorskip("trl")
+    from provisioner.train.config import TrainConfig
+    from provisioner.train.grpo.trainer import grpo_args
+
+    monkeypatch.delenv("HCCL_EXEC_TIMEOUT", raising=False)
+    cfg = TrainConfig(method="grpo", output_dir="o", micro_batch_size=8)
+    args = grpo_args(cfg, npu("Ascend910B3"), Precision("fp32", False), False)
+    assert args.ddp_timeout_delta.total_seconds() == tdist.timeout_s(None, npu("Ascend910B3")) == 1800
+    monkeypatch.setenv("HCCL_EXEC_TIMEOUT", "3600")
+    args = grpo_args(cfg, npu("Ascend910B3"), Precision("fp32", False), False)
+    assert args.ddp_timeout == tdist.timeout_s(None, npu("Ascend910B3")) > 3600

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from provisioner.train import device as devmod
-from provisioner.train import memory_fit
+from provisioner.train import dist, memory_fit
 from provisioner.train.config import ConfigError, TrainConfig, dump_config
 from provisioner.train.grpo.data import PromptRecord, as_messages, check_records, load_prompts, render_chatml
 from provisioner.train.grpo.rewards import load_rewards
@@ -144,7 +144,7 @@ def grpo_args(cfg: TrainConfig, dev: devmod.DeviceInfo, prec: devmod.Precision, 
         data_seed=cfg.data_seed,
         report_to=[],
         disable_tqdm=not progress,
-        ddp_timeout=cfg.dist_timeout_s,
+        ddp_timeout=dist.timeout_s(cfg.dist_timeout_s, dev),  # transformers makes a timedelta of it: never None
         use_cpu=dev.type == "cpu",
         dataloader_num_workers=0,
         remove_unused_columns=False,
@@ -286,7 +286,7 @@ class MetricsBridge:
 
 
 def run_grpo(cfg: TrainConfig, resume: str | None) -> dict[str, Any]:
-    from provisioner.train.attention import pick_attention
+    from provisioner.train.attention import fix_flash_autocast, pick_attention
     from provisioner.train.chatml import resolve_template
     from provisioner.train.model import load_tokenizer
 
@@ -294,7 +294,12 @@ def run_grpo(cfg: TrainConfig, resume: str | None) -> dict[str, Any]:
     is_main = rank == 0
     dev = devmod.detect(local_rank, cfg.npu_jit_compile)
     prec = devmod.choose_precision(cfg.precision, dev)
+    if cfg.strategy in ("zero2", "zero3"):  # the same refusal as SFT's: DeepSpeed misses a saturating overflow
+        from provisioner.train import zero
+
+        zero.check_supported(dev, prec, cfg.strategy)
     attn = pick_attention(cfg.attn_implementation, dev)
+    fix_flash_autocast(dev, prec, attn)
     out = Path(cfg.output_dir)
     found = resume_point(out, resume)
     if is_main:
