@@ -86,9 +86,9 @@ def launch_cmd(overlays, as_json, image, check, check_only, selftest, module, sc
     for item in (*volumes, *labels):
         validate.single_line(item, "-v/--label")
     if job_file:
-        if module or script or exec_ or check_only or args or workdir:
+        if module or script or exec_ or check_only or selftest or args or workdir:
             raise ProvisionError("--job runs the job's own steps: give no ARGS, --module, --script, --exec,"
-                                 " --check-only or --workdir")
+                                 " --check-only, --selftest or --workdir")
     elif dry_run:
         raise ProvisionError("--dry-run goes with --job")
     target = None if job_file else _target(module, script, exec_, check_only, args)

@@ -187,6 +187,7 @@ def test_refusals_are_one_line_and_exit_2(engine, host, job, tmp_path, capsys):
     assert "provision build --card 300T-A2 --recipe mindspeed-llm" in msg
     assert "TP2 x PP1 x DP2 uses 4 chips but the launch has 2" in refused(devices="0-1")
     assert "--job runs the job's own steps: give no ARGS, --module" in refused("--module", "x")
+    assert "--selftest" in refused("--selftest")  # the self-test is not run before a job: refused, not ignored
     rc, out, _ = launch(capsys, host, job, "--json", devices="0-1")
     doc = json.loads(out)
     assert rc == 2 and doc["schema"] == "provision.launch-job/1" and doc["status"] == "refused"
