@@ -107,9 +107,20 @@ def _record(facts: dict) -> dict:
             "families": sorted({c["family"] for c in chips if c.get("family")}),
             "unknown": sorted({c.get("name") or "?" for c in chips if not c.get("family")}),
             "source": "saved npu-smi output" if smi.get("source") == "file" else "npu-smi info",
-            "error": _host_paths(facts, smi.get("error")) or (None if chips or smi.get("source") != "absent" else "npu-smi not found"),
+            "error": _host_paths(facts, smi.get("error")) or _smi_missing(smi.get("source"), chips),
         }
     return record
+
+
+def _smi_missing(source: str | None, chips: list[dict]) -> str | None:
+    """Why no chip reading came, when npu-smi itself reported no error."""
+    if chips:
+        return None
+    if source == "absent":
+        return "npu-smi not found"
+    if source == "not-run":
+        return "npu-smi is not run for another system's tree: pass its saved output with --npu-smi-output"
+    return None
 
 
 def _where(record: dict) -> str:

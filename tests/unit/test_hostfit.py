@@ -187,6 +187,14 @@ def test_card_required_when_the_host_cannot_tell(name, phrase, capsys):
     assert err.count("\n") == 1
 
 
+def test_a_tree_without_its_saved_npu_smi_output_says_how_to_pass_it(capsys):
+    """--root never runs the tree's npu-smi: the refusal says so, not that npu-smi showed no chips."""
+    code = main(["resolve", "--root", root("fit-800ta2-24.1rc3")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("provision: error: --card is required: ") and err.count("\n") == 1
+    assert "npu-smi is not run for another system's tree: pass its saved output with --npu-smi-output" in err
+
+
 def test_no_driver_keeps_the_newest_stack_with_one_line(capsys):
     code, doc, err = run_json(capsys, "resolve", "--root", root("broken-no-driver"), "--card", "300T-A2")
     _, plain, _ = run_json(capsys, "resolve", "--for-host", "none", "--card", "300T-A2")
