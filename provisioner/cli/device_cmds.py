@@ -264,8 +264,8 @@ def cdi_cmd(overlays, as_json, output, fmt, **kw):
 @click.command("k8s")
 @host_options()
 @launch_options(node_rank=False)
-@click.option("--volcano", is_flag=True, help="A Volcano Job (batch.volcano.sh/v1alpha1) instead of a batch/v1 Job.")
-@click.option("--name", default="provision-train", show_default=True, help="Job name (also the Service / subdomain).")
+@click.option("--volcano", is_flag=True, help="A Volcano Job (batch.volcano.sh/v1alpha1) instead of a batch/v1 Job (not with --job).")
+@click.option("--name", default="provision-train", show_default=True, help="Job name (also the Service / subdomain); --job takes the job file's name.")
 @click.option("--namespace", help="metadata.namespace of every manifest.")
 @click.option("--config", help="Trainer config path inside the container (default command: provision-train --config PATH).")
 @click.option("--output", "-o", help="Write the manifests here instead of stdout.")
@@ -285,15 +285,24 @@ def k8s_cmd(overlays, as_json, image, command, volcano, name, namespace, config,
     job instead: its scripts in a ConfigMap and a Volcano Job or KubeRay RayJob
     (--nnodes pods) that runs them, resumable after a restart.
     """
+    from click.core import ParameterSource
+
+    from provisioner import validate
     from provisioner.devices import k8s
     from provisioner.devices import plan as devices
     from provisioner.errors import ProvisionError
     from provisioner.matrix import loader
 
+    # Both paths, before the engine is asked about the image.
+    if namespace is not None:
+        validate.dns_label(namespace, "--namespace")
+    validate.image_ref(image, "image")
     if not job_file and (stack_file or pvcs):
         raise ProvisionError("--stack and --pvc go with --job")
-    if job_file and (command or config):
-        raise ProvisionError("--job runs the job's own steps: give no COMMAND or --config")
+    name_given = click.get_current_context().get_parameter_source("name") != ParameterSource.DEFAULT
+    if job_file and (command or config or name_given or volcano):
+        raise ProvisionError("--job runs the job's own steps: give no COMMAND, --config, --name or --volcano"
+                             " (the job file's name: and kind decide the names and the manifest kind)")
     spec = None
     if job_file:
         from provisioner.jobs import k8s as jobk8s

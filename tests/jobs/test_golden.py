@@ -245,3 +245,33 @@ def test_header_notes_stay_on_their_comment_lines(shipped, stacks, host, tmp_pat
     assert all(line.startswith("# ") for line in head) and "kind: Evil" not in [line.strip() for line in text.splitlines()]
     assert any("j\\x0akind: Evil" in line for line in head)
     assert [d["kind"] for d in yaml.safe_load_all(text) if d] == ["ConfigMap", "Job"]
+
+
+def test_provision_k8s_job_cli_checks_namespace_and_image_and_refuses_name_and_volcano(host, stacks, tmp_path, capsys):
+    """`k8s --job` checks --namespace and the image reference as the plain path does, and refuses --name and
+    --volcano (the job file's name: and kind decide them) instead of ignoring them: one line, exit 2."""
+    import json
+
+    from provisioner.cli import main
+
+    stack = tmp_path / "stack.json"
+    stack.write_text(json.dumps(stacks["llm"]))
+    job = tmp_path / "job.yaml"
+    shutil.copyfile(QWEN7B_CONFIG, tmp_path / "config.json")
+    job.write_text((EXAMPLES / "seed003-sft-qwen25-7b-mindspeed.yaml").read_text() + "model_config: config.json\n")
+    base = ["k8s", "--card", "800T-A2", "--devices", "0-3", "--root", str(host.root), "--dev-root", str(host.dev_root),
+            "--job", str(job), "--stack", str(stack)]
+
+    def refused(*extra) -> str:
+        rc = main([*base, *extra])
+        out, err = capsys.readouterr()
+        assert rc == 2 and out == "" and err.count("\n") == 1, (rc, err)
+        return err
+
+    assert "--namespace: not a valid DNS label" in refused("--namespace", "Bad_NS!", IMAGES["llm"])
+    assert "image" in refused("img with space")
+    assert "give no COMMAND, --config, --name or --volcano" in refused("--name", "other", IMAGES["llm"])
+    assert "--name or --volcano" in refused("--volcano", IMAGES["llm"])
+    assert main([*base, "--namespace", "team-a", IMAGES["llm"]]) == 0
+    out, err = capsys.readouterr()
+    assert [d["metadata"]["namespace"] for d in yaml.safe_load_all(out) if d] == ["team-a", "team-a"]
