@@ -14,6 +14,11 @@ Each worker checks, in order, and rank 0 prints one line per check with the fix 
   train-steps      three optimizer steps of a tiny Qwen2 with the config's method, precision, strategy,
                    optimizer and attention, through the trainer's own engine
 
+With several workers, every worker posts its npu result to torchrun's store before any collective: a worker
+whose chip failed cannot join the process group, so then no worker runs all-reduce or train-steps (the others
+still run their own chip's checks), and rank 0 reports which ranks failed instead of waiting for them.
+The results reach rank 0 through the same store.
+
 On a machine without an NPU the NPU checks say "n/a" and the others run on the CPU (gloo). The config is the
 user's trainer config; only how it trains is used (model, data and output_dir are not needed). The last
 line of rank 0 is a `provision.selftest/1` JSON document. Exit code: 0 when nothing failed, 1 otherwise,
@@ -43,6 +48,10 @@ SCHEMA = "provision.selftest/1"
 # A one-minute test must not wait an hour for a broken link: HCCL's connect and execution timeouts are capped
 # at this many seconds (launch sets 3600), and the process group waits twice as long.
 HCCL_TIMEOUT_CAP_S = 300
+# How long a worker waits for the others' npu results, and then for their last results (the checks between
+# are on one chip each; the collectives have their own timeouts).
+NPU_WAIT_S = HCCL_TIMEOUT_CAP_S
+RESULTS_WAIT_S = 2 * HCCL_TIMEOUT_CAP_S
 PROG = "provision selftest"
 CHECKS = ("npu", "matmul", "attention", "fused-optimizer", "all-reduce", "train-steps")
 # Known failures and what fixes them, matched against the error text (first hit wins).
@@ -112,6 +121,9 @@ class SelfTest:
         self.prec: Any = None
         self.attn: str | None = None
         self._model_dir: str | None = None
+        self.exchange: Exchange | None = None
+        self.npu_failed_on: list[int] = []  # the other ranks whose npu check failed (or never finished)
+        self.npu_reported: list[int] = list(range(self.world.size))  # ranks that finished the npu check
 
     def run(self) -> list[Result]:
         steps: list[tuple[str, Callable[[], Result]]] = [
@@ -122,6 +134,12 @@ class SelfTest:
         for name, fn in steps:
             if self.results and self.results[0].status == "fail":
                 self.results.append(Result(name, "n/a", "skipped: the npu check failed", rank=self.world.rank))
+                continue
+            if name in ("all-reduce", "train-steps") and self.npu_failed_on:
+                # Those workers have no chip to join the collectives with: running them would wait for them.
+                ranks = ",".join(map(str, self.npu_failed_on))
+                self.results.append(Result(name, "n/a", f"skipped: the npu check failed on rank {ranks}",
+                                           rank=self.world.rank))
                 continue
             if name == "all-reduce" and self.dev is not None:
                 self._tiny_model_dir_only()
@@ -136,7 +154,51 @@ class SelfTest:
             res.seconds = round(time.perf_counter() - start, 3)
             res.rank = self.world.rank
             self.results.append(res)
+            if name == "npu" and self.world.size > 1:
+                self._agree_on_npu()
         return self.results
+
+    def _agree_on_npu(self) -> None:
+        """Every worker's npu result, through torchrun's store (no process group: a worker whose chip failed
+        cannot join one), so that all workers skip the collectives when any of them failed."""
+        try:
+            self.exchange = Exchange(self.world)
+        except Exception:  # noqa: BLE001 - no store: the all-reduce check reports the same problem
+            if os.environ.get("PROVISION_SELFTEST_TRACEBACK"):
+                traceback.print_exc()
+            return
+        mine = self.results[0]
+        seen = self.exchange.share("npu", asdict(mine), range(self.world.size), NPU_WAIT_S)
+        self.npu_reported = sorted(seen)
+        self.npu_failed_on = [r for r in range(self.world.size) if r != self.world.rank
+                              and (r not in seen or seen[r]["status"] == "fail")]
+
+    def gather(self) -> list[list[Result]]:
+        """Every rank's results on rank 0 (through the store), else this rank's. A rank that did not finish its
+        npu check in time is reported as failing it."""
+        if self.exchange is None:
+            return gather(self.results)
+        seen = self.exchange.share("results", [asdict(r) for r in self.results], self.npu_reported, RESULTS_WAIT_S)
+        per_rank = []
+        for r in range(self.world.size):
+            if r in seen:
+                per_rank.append([Result(**x) for x in seen[r]])
+                continue
+            if r in self.npu_reported:
+                error = f"rank {r} sent no results within {RESULTS_WAIT_S} s"
+                per_rank.append([Result(name, "fail", error=error, fix=DEFAULT_FIX[name], rank=r) if name == "train-steps"
+                                 else Result(name, "n/a", "no results from this rank", rank=r) for name in CHECKS])
+                continue
+            error = f"rank {r} did not finish the npu check within {NPU_WAIT_S} s"
+            per_rank.append([Result("npu", "fail", error=error, fix=NPU_HUNG_FIX, rank=r)]
+                            + [Result(name, "n/a", "skipped: the npu check failed", rank=r) for name in CHECKS[1:]])
+        return per_rank
+
+    def printed(self) -> None:
+        """Rank 0 has printed: the others may exit (torchrun stops every worker when one exits with an error,
+        so a worker that failed must not exit before rank 0 has printed)."""
+        if self.exchange is not None:
+            self.exchange.done(self.world.rank)
 
     # ---- the checks ----------------------------------------------------------------------------------
 
@@ -340,6 +402,8 @@ class SelfTest:
 
 
 VOCAB = 512
+NPU_HUNG_FIX = ("the chip did not answer (busy or hung): stop other processes on it (npu-smi info shows them) or"
+                " reset it, then run the self-test again")
 DEFAULT_FIX = {
     "npu": "check that the image's torch_npu matches its CANN and the host driver (provision doctor inside the image)",
     "matmul": "the chip computes wrong results: run npu-smi info and the vendor's hardware check on it",
@@ -396,6 +460,47 @@ def _quiet_libraries() -> None:
         hf_logging.disable_progress_bar()
     except Exception:  # noqa: BLE001 - an older transformers: the bars stay
         pass
+
+
+class Exchange:
+    """Small JSON values shared between the workers through the store of torchrun's rendezvous
+    (MASTER_ADDR/MASTER_PORT), with bounded waits: works whether or not every worker can join a process group.
+    (Without torchrun's agent store, rank 0 hosts a multi-tenant store that the process group later shares.)"""
+
+    def __init__(self, world: Any) -> None:
+        import datetime
+
+        import torch.distributed as td
+
+        self.world = world
+        timeout = datetime.timedelta(seconds=NPU_WAIT_S)
+        store, _, _ = next(td.rendezvous("env://", world.rank, world.size, timeout=timeout))
+        # torchrun's store lives as long as torchrun: keep a restarted attempt from reading the last one's keys.
+        attempt = f"{os.environ.get('TORCHELASTIC_RUN_ID', '')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+        self.store = td.PrefixStore(f"provision-selftest/{attempt}/", store)
+
+    def share(self, name: str, value: Any, ranks: Any, wait_s: int) -> dict[int, Any]:
+        """Post this rank's value and collect those of `ranks` that arrive within wait_s seconds."""
+        import datetime
+
+        self.store.set(f"{name}/{self.world.rank}", json.dumps(value))
+        keys = {r: f"{name}/{r}" for r in ranks}
+        try:
+            self.store.wait(list(keys.values()), datetime.timedelta(seconds=wait_s))
+        except Exception:  # noqa: BLE001 - a timeout: report the ranks that answered
+            pass
+        return {r: json.loads(self.store.get(k)) for r, k in keys.items() if self.store.check([k])}
+
+    def done(self, rank: int) -> None:
+        import datetime
+
+        try:
+            if rank == 0:
+                self.store.set("printed", "1")
+            else:
+                self.store.wait(["printed"], datetime.timedelta(seconds=60))
+        except Exception:  # noqa: BLE001 - rank 0 is gone: nothing left to wait for
+            pass
 
 
 def gather(results: list[Result]) -> list[list[Result]]:
@@ -475,8 +580,8 @@ def main(argv: list[str] | None = None) -> int:
     test = SelfTest(cfg)
     results = test.run()
     try:
-        per_rank = gather(results)
-    except Exception:  # noqa: BLE001 - a broken process group: report what this rank saw
+        per_rank = test.gather()
+    except Exception:  # noqa: BLE001 - a broken process group or store: report what this rank saw
         per_rank = [results]
     doc = document(per_rank, test.world.size)
     if rank == 0:
@@ -484,6 +589,7 @@ def main(argv: list[str] | None = None) -> int:
             for line in lines(doc):
                 print(f"selftest: {line}", flush=True)
         print(json.dumps(doc, separators=(",", ":")), flush=True)
+    test.printed()
     from provisioner.train import dist
 
     dist.shutdown()

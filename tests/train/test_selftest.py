@@ -14,11 +14,11 @@ from tests.train import npu_fake
 from tests.train.conftest import write_config
 
 
-def run_selftest(tmp_path, workers: int, env: dict, *args: str) -> tuple[int, dict | None, str]:
+def run_selftest(tmp_path, workers: int, env: dict, *args: str, timeout: int = 900) -> tuple[int, dict | None, str]:
     argv = ["-m", "provisioner.train.selftest", *args]
     if workers > 1:
         argv = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(workers), *argv]
-    proc = npu_fake.run(argv, env, timeout=900)
+    proc = npu_fake.run(argv, env, timeout=timeout)
     docs = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"schema":"provision.selftest/1"')]
     return proc.returncode, (docs[-1] if docs else None), proc.stdout + proc.stderr
 
@@ -124,3 +124,25 @@ def test_launch_passes_the_trainer_config_to_the_selftest():
     target = Target.train(["--config", "/data/train.yaml", "lr=1e-4", "--resume", "auto", "--json", "lora.r=16"])
     assert target.trainer_config_args() == ("--config", "/data/train.yaml", "lr=1e-4", "lora.r=16")
     assert Target("module", "my.module", ("--config", "x")).trainer_config_args() == ()
+
+
+@pytest.mark.slow
+def test_a_worker_whose_chip_fails_does_not_hang_the_others(tmp_path):
+    """Two workers, one chip: rank 1 fails the npu check and cannot join the process group. Every worker
+    learns that before any collective, so rank 0 still prints each check, the npu failure of rank 1 with its
+    fix, and the document (before, rank 0 waited in init_process_group until torchrun killed it)."""
+    code, doc, out = run_selftest(tmp_path, 2, npu_fake.env(tmp_path, count=1), timeout=120)
+    assert code == 1 and doc is not None, out[-4000:]
+    assert doc["status"] == "failed" and doc["world_size"] == 2
+    c = checks(doc)
+    assert c["npu"]["status"] == "fail" and c["npu"]["ranks_failed"] == [1]
+    assert c["npu"]["error"] == "ConfigError: LOCAL_RANK 1 needs 2 NPUs but 1 visible (ASCEND_RT_VISIBLE_DEVICES=<unset>)"
+    assert c["npu"]["fix"].startswith("the chip is not visible: map it")
+    # Rank 0's chip is fine: its own checks run; the collectives are skipped on every worker.
+    assert c["matmul"]["status"] == "ok" and c["fused-optimizer"]["status"] == "ok"
+    assert {c[k]["status"] for k in ("all-reduce", "train-steps")} == {"n/a"}
+    assert c["all-reduce"]["detail"] == "skipped: the npu check failed on rank 1"
+    lines = [line for line in out.splitlines() if line.startswith("selftest: ")]
+    assert lines[0].startswith("selftest: FAIL  npu ") and lines[0].endswith("(ranks 1)")
+    assert lines[1].startswith("selftest: ") and "fix: the chip is not visible" in lines[1]
+    assert lines[-1] == "selftest: self-test FAILED (1 of 6 checks) on 2 workers"
