@@ -4,7 +4,8 @@ image labels, profiles, job specs), and the one escape for text that goes into a
 Each checker takes the value and what it is (``--base-image``, ``profile x: base_image``) and returns the
 value unchanged, or raises :class:`Invalid` (a ProvisionError: one line, exit 2) saying what is wrong. The
 renderers of Dockerfiles, pip.conf and printed shell lines call them again on what they place (a value that
-did not pass here is refused there, not written). Base level: imports nothing from the package but errors.
+did not pass here is refused there, not written). Base level: imports nothing from the package but errors
+(and, where a stack's version lists are checked, the version grammar of matrix/versions, itself a leaf).
 
     image_ref     a Docker image reference: [host[:port]/]path[:tag][@algo:hex]
     url           an http(s) URL with a valid host and no whitespace or control characters
@@ -13,7 +14,9 @@ did not pass here is refused there, not written). Base level: imports nothing fr
     docker_user   name|uid[:group|gid];  env_key  an environment variable name
     dns_label     a Kubernetes name: an RFC 1123 label (<= 63), or a subdomain (<= 253) with subdomain=True
     name          a container / recipe / file-stem name: [A-Za-z0-9][A-Za-z0-9_.-]*, no "..", no "/"
-    version_text  what a version flag may hold: ASCII letters, digits and . + _ - * , < > = ! (bounded)
+    version_text  what a version flag or spec may hold: ASCII letters, digits and . + _ - * , < > = ! ~ (no
+                  space; at most 64 characters)
+    git_ref       a branch, tag or commit for `git checkout`: never an option (no leading '-'), no space
     single_line   any text without control characters (bounded)
     comment       ANY text made safe for one '#' line (control characters escaped, never refused)
     finite        a real number that is neither NaN nor infinite
@@ -57,7 +60,10 @@ _REFERENCE = re.compile(
 _LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?", re.ASCII)
 _HOST_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?", re.ASCII)
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", re.ASCII)
-_VERSION_TEXT = re.compile(r"[A-Za-z0-9.+_*,<>=!~ -]+", re.ASCII)
+# The version grammar (version_text): the module docstring, the refusal and docs/threat-model.md say the same.
+_VERSION_TEXT = re.compile(r"[A-Za-z0-9.+_*,<>=!~-]+", re.ASCII)
+_VERSION_CHARS = "ASCII letters, digits and . + _ - * , < > = ! ~ only"
+_GIT_REF = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._/+-]*", re.ASCII)
 
 
 def _show(value: object) -> str:
@@ -194,10 +200,21 @@ def name(value: object, what: str = "name") -> str:
 
 
 def version_text(value: object, what: str = "version") -> str:
-    """What a version flag or spec may hold (ASCII only: Unicode digits are refused), bounded in length."""
+    """What a version flag or spec may hold: ASCII letters, digits and . + _ - * , < > = ! ~ (no space; ASCII
+    only: Unicode digits are refused), at most MAX_VERSION characters."""
     text = _text(value, what, MAX_VERSION)
     if not _VERSION_TEXT.fullmatch(text):
-        raise Invalid(f"{what}: not a version (ASCII digits, letters and . + - _ only): {_show(value)}")
+        raise Invalid(f"{what}: not a version ({_VERSION_CHARS}): {_show(value)}")
+    return text
+
+
+def git_ref(value: object, what: str = "git ref") -> str:
+    """A branch, tag or commit as `git checkout` takes it: starts with a letter, digit or '_' (never '-', so
+    never an option), then letters, digits and . _ / + -; no '..', at most 255 characters."""
+    text = _text(value, what, 255)
+    if not _GIT_REF.fullmatch(text) or ".." in text or text.endswith((".", "/", ".lock")):
+        raise Invalid(f"{what}: not a git branch, tag or commit (letters, digits and . _ / + -, not starting with"
+                      f" '-'): {_show(value)}")
     return text
 
 
@@ -263,7 +280,44 @@ _STACK_TEXT: dict[tuple[str, ...], Callable[[object, str], object]] = {("id",): 
                ("mindspore", "version"): version_text, ("base_image", "ref"): image_ref,
                ("driver", "summary"): single_line, ("framework",): name, ("card", "id"): single_line,
                ("os",): single_line, ("arch",): name, ("chip", "name"): single_line,
-               ("torch", "index_url"): url}
+               ("torch", "index_url"): url, ("task",): name, ("dtype", "compute"): name,
+               ("dtype", "loss_scaling"): name, ("dtype", "reason"): single_line,
+               ("driver", "inherited_from"): version_text, ("driver", "host"): version_text}
+
+
+def _version_list(value: object, what: str) -> object:
+    """A list of versions (a stack's driver.paired): each version_text and a parsed version."""
+    from provisioner.matrix.versions import V, VersionError
+
+    if not isinstance(value, list):
+        raise Invalid(f"{what}: expected a list of versions, got {_show(value)}")
+    for n, item in enumerate(value):
+        version_text(item, f"{what}[{n}]")
+        try:
+            V(item)  # type: ignore[arg-type]
+        except VersionError:
+            raise Invalid(f"{what}[{n}]: not a version: {_show(item)}") from None
+    return value
+
+
+def _spec_list(value: object, what: str) -> object:
+    """A list of version specs (a stack's driver.compatible): each one line and a parsed spec."""
+    from provisioner.matrix.versions import MAX_LEN, Spec, VersionError
+
+    if not isinstance(value, list):
+        raise Invalid(f"{what}: expected a list of version specs, got {_show(value)}")
+    for n, item in enumerate(value):
+        _text(item, f"{what}[{n}]", 16 * MAX_LEN)
+        try:
+            Spec(item)  # type: ignore[arg-type]
+        except VersionError as exc:
+            raise Invalid(f"{what}[{n}]: not a version spec ({exc})") from None
+    return value
+
+
+# ... and the lists code reads (driverfit compares a host's driver against them).
+_STACK_LISTS: dict[tuple[str, ...], Callable[[object, str], object]] = {("driver", "paired"): _version_list,
+                                                                       ("driver", "compatible"): _spec_list}
 
 
 def stack_doc(doc: object, what: str) -> dict:
@@ -272,7 +326,7 @@ def stack_doc(doc: object, what: str) -> dict:
     if not isinstance(doc, dict):
         raise Invalid(f"{what}: not a provision stack (a JSON object)")
     depth(doc, what)
-    for path, check in _STACK_TEXT.items():
+    for path, check in {**_STACK_TEXT, **_STACK_LISTS}.items():
         node: object = doc
         for i, key in enumerate(path):
             if node is None:

@@ -3,7 +3,9 @@ and returns the normalised value or raises ValueError with one line saying what 
 
     STR, TEXT, VER (a version), SPECS (version specs), PY (a Python range), BOOL, INT, SOURCE (a source
     id or reference), MAP, STR_MAP, ARCH_PY / ARCH_PIN (per CPU architecture), and the combinators
-    opt(check), list_of(check), enum(*choices), records(required, optional); PAIRINGS and SOURCE_KINDS
+    opt(check), list_of(check), enum(*choices), records(required, optional); REQ (a pip requirement: name and
+    specifiers only), TORCH_REQ / PIN (one '==' pin, `{torch}` the only placeholder; PIN also 'none'),
+    GIT_REF (a branch, tag or commit: never an option); PAIRINGS and SOURCE_KINDS
     are the values of a row's `pairing` and a source's `kind`. For framework sets: COMMIT (a 40-hex
     git commit), COMMITS (checkout name -> commit, the names in CHECKOUTS), STEPS (an environment's
     upstream install order) and SDISTS (source archives by version, sha256 and https URL).
@@ -65,8 +67,9 @@ def _ver(value, name):
     if not isinstance(value, str):
         raise ValueError(_float_hint(value, name))
     try:
+        validate.version_text(value, name)
         V(value)
-    except VersionError as exc:
+    except (VersionError, validate.Invalid) as exc:
         raise ValueError(f"{name}: bad version string {value!r}") from exc
     return value
 
@@ -191,10 +194,66 @@ def _arch_map(value_check):
     return check
 
 
+# The one placeholder a torch_wheels requirement / pin (and a row's torch_pin) may hold: the torch version.
+TORCH = "{torch}"
+# What a requirement may be written with: a name, extras, version specifiers; no URL, marker, option or quote.
+_REQ_CHARS = re.compile(r"[A-Za-z0-9._\-\[\],<>=!~*+ ]+", re.ASCII)
+
+
+def with_torch(template: str, torch: str) -> str:
+    """A torch_wheels requirement or pin with its placeholder filled: ``{torch}`` and nothing else (never
+    str.format, which also reads other names, attributes and indexes)."""
+    return template.replace(TORCH, torch)
+
+
+def requirement(value, name, *, placeholder: bool = False, pinned: bool = False):
+    """A pip requirement that goes as written into requirements files and printed pip lines: it parses
+    (packaging), names no URL, marker or option, and uses no '==='; `pinned`: exactly one '==' specifier;
+    `placeholder`: ``{torch}`` may stand for the torch version (the only placeholder)."""
+    text = _str(value, name)
+    probe = text.replace(TORCH, "0") if placeholder else text
+    if "{" in probe or "}" in probe:
+        allowed = f"only the placeholder {TORCH} is allowed" if placeholder else "no placeholder is allowed"
+        raise ValueError(f"{name}: {allowed}: {text[:80]!r}")
+    if not _REQ_CHARS.fullmatch(probe):
+        raise ValueError(f"{name}: a requirement is a name and version specifiers only (no URL, marker, option,"
+                         f" quote or shell character): {text[:80]!r}")
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        req = Requirement(probe)
+    except InvalidRequirement as exc:
+        raise ValueError(f"{name}: not a requirement ({' '.join(str(exc).split())[:120]}): {text[:80]!r}") from None
+    specs = list(req.specifier)
+    if any(s.operator == "===" for s in specs):
+        raise ValueError(f"{name}: '===' (arbitrary equality) is not allowed: {text[:80]!r}")
+    if pinned and (len(specs) != 1 or specs[0].operator != "=="):
+        raise ValueError(f"{name}: must pin one version with '==' (such as 'torch=={TORCH}+cpu'): {text[:80]!r}")
+    return value
+
+
+def _requirement(value, name):
+    return requirement(value, name)
+
+
+def _torch_requirement(value, name):
+    return requirement(value, name, placeholder=True, pinned=True)
+
+
 def _pin(value, name):
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"{name} must be a requirement such as 'torch=={{torch}}+cpu', or 'none'")
-    return value
+    if value == "none":
+        return value
+    return requirement(value, name, placeholder=True, pinned=True)
+
+
+def _git_ref(value, name):
+    text = _str(value, name)
+    try:
+        return validate.git_ref(text, name)
+    except validate.Invalid as exc:
+        raise ValueError(str(exc)) from None
 
 
 # ------------------------------------------------------- framework sets (matrices/frameworks.yaml)
@@ -296,6 +355,7 @@ _STEP_KEYS = frozenset({"name", "title", "source", "requirements", "file", "no_d
 
 ARCH_PY = _arch_map(_pyrange)
 ARCH_PIN = _arch_map(_pin)
+PIN, REQ, TORCH_REQ, GIT_REF = _pin, _requirement, _torch_requirement, _git_ref
 
 STR, TEXT, VER, SPECS, PY, BOOL, INT = _str, _text, _ver, _specs, _pyrange, _bool, _int
 SOURCE, MAP, STR_MAP = _source, _mapping, _str_map

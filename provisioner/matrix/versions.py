@@ -33,6 +33,8 @@ class VersionError(ValueError):
 
 
 _BODY = re.compile(r"v?[0-9](?:[._-]?[0-9a-z])*", re.ASCII)
+# PEP 440's local version label (after '+'): alphanumerics separated by single '.', '_' or '-' (linear, as _BODY).
+_LOCAL = re.compile(r"[0-9a-z]+(?:[._-][0-9a-z]+)*", re.ASCII)
 
 
 def _short(text: object) -> str:
@@ -55,11 +57,15 @@ class V:
         if len(self.text) > MAX_LEN or not self.text.isascii():
             # ASCII only: int() would read Unicode digits ("８", "١") as numbers.
             raise VersionError(f"not a version: {_short(text)}")
-        body, _, local = self.text.lower().partition("+")
+        body, plus, local = self.text.lower().partition("+")
         # One character per repetition and one way to match each: linear time, even on long invalid strings
         # (the same language as v?digit(sep? alnum+)*).
         if not _BODY.fullmatch(body):
             raise VersionError(f"not a version: {text!r}")
+        if plus and not _LOCAL.fullmatch(local):
+            # The local part reaches pip lines and Dockerfile RUN lines as written: held to PEP 440's grammar.
+            raise VersionError(f"not a version: {text!r} (a local part after '+' is letters and digits"
+                               " separated by '.', '_' or '-')")
         tokens = _TOKEN.findall(body.lstrip("v"))
         release: list[int] = []
         i = 0
