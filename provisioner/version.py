@@ -13,6 +13,7 @@ import os
 import sys
 
 DIST = "provisioner"
+VERSION_KEY = "provision_version"
 UNKNOWN = "unknown"  # running from a source tree that was never installed
 
 _cached: str | None = None
@@ -24,6 +25,19 @@ def version() -> str:
     if _cached is None:
         _cached = _from_dist_info() or _from_importlib() or UNKNOWN
     return _cached
+
+
+def stamped(obj):
+    """A JSON document with the tool's version after its `schema` (documents that are not objects as they are):
+    every document provision and provision-train print carries it."""
+    if not isinstance(obj, dict) or VERSION_KEY in obj:
+        return obj
+    out = {}
+    if "schema" in obj:
+        out["schema"] = obj["schema"]
+    out[VERSION_KEY] = version()
+    out.update(obj)
+    return out
 
 
 def _from_dist_info() -> str | None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import sys
 
+from provisioner.version import stamped
+
 RESOLVE_SCHEMA = "provision.resolve/1"
-VERSION_KEY = "provision_version"
 
 
 def version_line() -> str:
@@ -18,20 +19,6 @@ def version_line() -> str:
     from provisioner.version import version
 
     return f"provision {version()}"
-
-
-def stamped(obj):
-    """A JSON document with the tool's version after its `schema` (documents that are not objects as they are)."""
-    if not isinstance(obj, dict) or VERSION_KEY in obj:
-        return obj
-    from provisioner.version import version
-
-    out = {}
-    if "schema" in obj:
-        out["schema"] = obj["schema"]
-    out[VERSION_KEY] = version()
-    out.update(obj)
-    return out
 
 
 def emit_json(obj) -> None:

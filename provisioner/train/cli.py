@@ -17,6 +17,7 @@ from typing import NoReturn
 
 from provisioner.errors import ProvisionError
 from provisioner.train.config import ConfigError, load_config
+from provisioner.version import stamped
 
 PROG = "provision-train"
 
@@ -101,7 +102,7 @@ def _main(argv: list[str] | None) -> int:
 
     summary = run(cfg, args.resume)
     if args.json and _rank() == 0:
-        print(json.dumps(summary))
+        print(json.dumps(stamped(summary)))
     return 0
 
 
@@ -127,7 +128,7 @@ def _check(cfg, args: argparse.Namespace, n_train: int, n_eval: int) -> int:
         "memory": plan.to_dict(),
     }
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps(stamped(result)))
     else:
         print(f"{PROG}: config and data ok ({n_train} records)")
         print("\n".join(plan.lines()))

@@ -21,7 +21,8 @@ The results reach rank 0 through the same store.
 
 On a machine without an NPU the NPU checks say "n/a" and the others run on the CPU (gloo). The config is the
 user's trainer config; only how it trains is used (model, data and output_dir are not needed). The last
-line of rank 0 is a `provision.selftest/1` JSON document. Exit code: 0 when nothing failed, 1 otherwise,
+line of rank 0 is a `provision.selftest/1` JSON document (selftest_report: results, fixes, the exchange
+between workers, the document). Exit code: 0 when nothing failed, 1 otherwise,
 2 for a bad config.
 """
 
@@ -31,20 +32,27 @@ import argparse
 import json
 import math
 import os
-import re
 import sys
 import tempfile
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from provisioner.errors import ProvisionError
 from provisioner.train.config import CHOICES, ConfigError, TrainConfig, from_dict
+from provisioner.train.selftest_report import (
+    CHECKS,
+    Exchange,
+    Result,
+    document,
+    fix_for,
+    gather,
+    lines,
+)
 
-SCHEMA = "provision.selftest/1"
 # A one-minute test must not wait an hour for a broken link: HCCL's connect and execution timeouts are capped
 # at this many seconds (launch sets 3600), and the process group waits twice as long.
 HCCL_TIMEOUT_CAP_S = 300
@@ -53,44 +61,6 @@ HCCL_TIMEOUT_CAP_S = 300
 NPU_WAIT_S = HCCL_TIMEOUT_CAP_S
 RESULTS_WAIT_S = 2 * HCCL_TIMEOUT_CAP_S
 PROG = "provision selftest"
-CHECKS = ("npu", "matmul", "attention", "fused-optimizer", "all-reduce", "train-steps")
-# Known failures and what fixes them, matched against the error text (first hit wins).
-FIXES = (
-    (r"libhccl|libascendcl|libascend_hal|libc_sec|cannot open shared object",
-     "CANN or driver libraries are missing: run in the image (its entrypoint sources set_env.sh) with the driver"
-     " mounted (provision launch maps /usr/local/Ascend/driver)"),
-    (r"500001", "ACL failed to initialise (500001); with CANN before 9.0 this is numpy 2: install numpy<2 (images"
-                " built by provision pin numpy by the stack's CANN)"),
-    (r"sees no NPU|107001|Invalid device|needs \d+ NPUs", "the chip is not visible: map it (provision launch --devices) and keep"
-                                              " ASCEND_RT_VISIBLE_DEVICES unset or ascending from 0"),
-    (r"507033|driver", "host driver and CANN do not fit: provision audit names the driver this CANN needs"),
-    (r"config: precision", "set precision: auto (bf16 where the chip has it, else fp16 with loss scaling; fp32 on CPU)"),
-    (r"DT_BFLOAT16|bf16 is not supported", "this chip has no bf16: set precision: fp16 or auto"),
-    (r"npu_fusion_attention|flash", "set attn_implementation: sdpa (or auto)"),
-    (r"set_to_none", "the trainer must zero the fused optimizer's gradients, not free them: update provision"),
-    (r"out of memory", "the chip's memory is taken: stop other processes on it (npu-smi info shows them)"),
-    (r"EI0006|socket|Connection|timed out|Timeout|rendezvous",
-     "the workers could not connect: check HCCL_IF_IP / --socket-ifname, free port 16666 (HCCL_IF_BASE_PORT) and"
-     " raise HCCL_CONNECT_TIMEOUT"),
-)
-
-
-@dataclass
-class Result:
-    id: str
-    status: str  # ok | fail | n/a
-    detail: str = ""
-    error: str | None = None
-    fix: str | None = None
-    seconds: float = 0.0
-    rank: int = 0
-
-
-def fix_for(error: str, default: str) -> str:
-    for pattern, fix in FIXES:
-        if re.search(pattern, error, re.IGNORECASE):
-            return fix
-    return default
 
 
 def load(path: str | None, overrides: list[str]) -> TrainConfig:
@@ -162,7 +132,7 @@ class SelfTest:
         """Every worker's npu result, through torchrun's store (no process group: a worker whose chip failed
         cannot join one), so that all workers skip the collectives when any of them failed."""
         try:
-            self.exchange = Exchange(self.world)
+            self.exchange = Exchange(self.world, NPU_WAIT_S)
         except Exception:  # noqa: BLE001 - no store: the all-reduce check reports the same problem
             if os.environ.get("PROVISION_SELFTEST_TRACEBACK"):
                 traceback.print_exc()
@@ -460,100 +430,6 @@ def _quiet_libraries() -> None:
         hf_logging.disable_progress_bar()
     except Exception:  # noqa: BLE001 - an older transformers: the bars stay
         pass
-
-
-class Exchange:
-    """Small JSON values shared between the workers through the store of torchrun's rendezvous
-    (MASTER_ADDR/MASTER_PORT), with bounded waits: works whether or not every worker can join a process group.
-    (Without torchrun's agent store, rank 0 hosts a multi-tenant store that the process group later shares.)"""
-
-    def __init__(self, world: Any) -> None:
-        import datetime
-
-        import torch.distributed as td
-
-        self.world = world
-        timeout = datetime.timedelta(seconds=NPU_WAIT_S)
-        store, _, _ = next(td.rendezvous("env://", world.rank, world.size, timeout=timeout))
-        # torchrun's store lives as long as torchrun: keep a restarted attempt from reading the last one's keys.
-        attempt = f"{os.environ.get('TORCHELASTIC_RUN_ID', '')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
-        self.store = td.PrefixStore(f"provision-selftest/{attempt}/", store)
-
-    def share(self, name: str, value: Any, ranks: Any, wait_s: int) -> dict[int, Any]:
-        """Post this rank's value and collect those of `ranks` that arrive within wait_s seconds."""
-        import datetime
-
-        self.store.set(f"{name}/{self.world.rank}", json.dumps(value))
-        keys = {r: f"{name}/{r}" for r in ranks}
-        try:
-            self.store.wait(list(keys.values()), datetime.timedelta(seconds=wait_s))
-        except Exception:  # noqa: BLE001 - a timeout: report the ranks that answered
-            pass
-        return {r: json.loads(self.store.get(k)) for r, k in keys.items() if self.store.check([k])}
-
-    def done(self, rank: int) -> None:
-        import datetime
-
-        try:
-            if rank == 0:
-                self.store.set("printed", "1")
-            else:
-                self.store.wait(["printed"], datetime.timedelta(seconds=60))
-        except Exception:  # noqa: BLE001 - rank 0 is gone: nothing left to wait for
-            pass
-
-
-def gather(results: list[Result]) -> list[list[Result]]:
-    """Every rank's results on every rank (when a process group is up), else this rank's."""
-    from provisioner.train import dist
-
-    if not dist.active():
-        return [results]
-    import torch.distributed as td
-
-    box: list[Any] = [None] * td.get_world_size()
-    td.all_gather_object(box, [asdict(r) for r in results])
-    return [[Result(**r) for r in rank] for rank in box]
-
-
-def document(per_rank: list[list[Result]], world_size: int) -> dict:
-    checks = []
-    for i, name in enumerate(CHECKS):
-        rows = [rank[i] for rank in per_rank if i < len(rank)]
-        failed = [r for r in rows if r.status == "fail"]
-        first = failed[0] if failed else rows[0]
-        checks.append({"id": name, "status": first.status, "detail": first.detail, "error": first.error,
-                       "fix": first.fix, "seconds": max(r.seconds for r in rows),
-                       "ranks_failed": sorted(r.rank for r in failed)})
-    status = "failed" if any(c["status"] == "fail" for c in checks) else "ok"
-    return {"schema": SCHEMA, "status": status, "world_size": world_size, "checks": checks, "versions": versions()}
-
-
-# What a report from a real host needs beside the errors: the libraries that decided the checks.
-REPORTED = ("torch", "torch_npu", "transformers", "peft", "deepspeed", "numpy")
-
-
-def versions() -> dict[str, str | None]:
-    """The installed version of each library in REPORTED (None: not installed)."""
-    from provisioner.train.ascend import installed_version
-
-    return {dist: installed_version(dist) for dist in REPORTED}
-
-
-def lines(doc: dict) -> list[str]:
-    out = []
-    for c in doc["checks"]:
-        mark = {"ok": "ok  ", "fail": "FAIL", "n/a": "n/a "}[c["status"]]
-        text = c["error"] if c["status"] == "fail" else c["detail"]
-        ranks = f" (ranks {','.join(map(str, c['ranks_failed']))})" if c["status"] == "fail" and doc["world_size"] > 1 else ""
-        out.append(f"{mark}  {c['id']:<16} {text}{ranks}")
-        if c["status"] == "fail":
-            out.append(f"      {'':<16} fix: {c['fix']}")
-    failed = sum(c["status"] == "fail" for c in doc["checks"])
-    verdict = f"FAILED ({failed} of {len(doc['checks'])} checks)" if failed else "passed"
-    workers = f"{doc['world_size']} worker" + ("s" if doc["world_size"] > 1 else "")
-    out.append(f"self-test {verdict} on {workers}")
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:
