@@ -142,6 +142,10 @@ def render(matrix, stack: Mapping[str, Any], recipe, user: User | None = None, p
     # The stack may come from a profile, an overlay or a file: its base image and tag are checked again here,
     # where they become a FROM line and labels (and templates.py refuses any value that could end a line).
     validate.image_ref((stack.get("base_image") or {}).get("ref"), "the stack's base image")
+    if stack.get("apex"):
+        # A ref becomes a `git checkout` word (never an option), the setuptools pin a pip word.
+        validate.git_ref(stack["apex"].get("ref"), "the stack's apex.ref")
+        validate.version_text(stack["apex"].get("setuptools"), "the stack's apex.setuptools")
     root = project.source_root(project_root)
     proj = project.describe(root)
     row = packages.select(matrix, stack)

@@ -89,6 +89,7 @@ class Syncer:
         return row
 
     def torch_npu(self):
+        from provisioner.matrix.fields import with_torch
         from provisioner.matrix.snapshot import normalize_pin
 
         known = _known(self.m.rows("torch_npu"), "wheel")
@@ -110,7 +111,7 @@ class Syncer:
                 if not mine:
                     continue
                 try:
-                    rule = self.m.torch_wheel_rule(arch, torch)["pin"].format(torch=torch)
+                    rule = with_torch(self.m.torch_wheel_rule(arch, torch)["pin"], torch)
                     expected = normalize_pin([rule], "torch")
                 except Exception:
                     expected = None

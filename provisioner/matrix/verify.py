@@ -168,6 +168,7 @@ class Verifier:
                      ok=have == published)
 
     def torch_pins(self, row: dict, wheels):
+        from provisioner.matrix.fields import with_torch
         from provisioner.matrix.snapshot import normalize_pin
 
         for arch in ("x86_64", "aarch64"):
@@ -182,7 +183,7 @@ class Verifier:
                          str(exc), row["_at"], ok=False)
                 continue
             pattern = override or rule["pin"]
-            expected = "" if pattern == "none" else normalize_pin([pattern.format(torch=row["torch"])], "torch")
+            expected = "" if pattern == "none" else normalize_pin([with_torch(pattern, row["torch"])], "torch")
             seen: dict[str, list[str]] = {}
             for w in mine:
                 seen.setdefault(w.pin or "", []).extend(w.pythons)

