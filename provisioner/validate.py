@@ -294,7 +294,7 @@ def _version_list(value: object, what: str) -> object:
     for n, item in enumerate(value):
         version_text(item, f"{what}[{n}]")
         try:
-            V(item)  # type: ignore[arg-type]
+            V(item)
         except VersionError:
             raise Invalid(f"{what}[{n}]: not a version: {_show(item)}") from None
     return value
@@ -309,7 +309,7 @@ def _spec_list(value: object, what: str) -> object:
     for n, item in enumerate(value):
         _text(item, f"{what}[{n}]", 16 * MAX_LEN)
         try:
-            Spec(item)  # type: ignore[arg-type]
+            Spec(item)
         except VersionError as exc:
             raise Invalid(f"{what}[{n}]: not a version spec ({exc})") from None
     return value

@@ -521,7 +521,7 @@ def _check_stack(matrix, stack: dict, family: dict, host_driver: str | None, not
     if not cann:
         notes.append(f"image stack {sid} names no CANN version; driver check skipped")
         return summary
-    row, fit_matrix = driverfit.stack_row(matrix, stack)
+    row, fit_matrix = driverfit.stack_row(matrix, stack, notes)
     if row is None:
         notes.append(f"CANN {cann} of image stack {sid} is not in the matrix; driver check skipped")
         return summary

@@ -75,8 +75,9 @@ class AuditContext:
     def task(self) -> str:
         if self.options.task:
             return self.options.task
-        if self.options.image_stack and self.options.image_stack.get("task"):
-            return self.options.image_stack["task"]
+        stack = self.options.image_stack
+        if isinstance(stack, dict) and isinstance(stack.get("task"), str) and stack["task"]:
+            return stack["task"]
         return self.matrix.policy.get("default_task", "train")
 
     @cached_property

@@ -36,7 +36,10 @@ def check_image(ctx: AuditContext):
     cann = stack["cann"].get("version")
     driver = ctx.driver_version
     if cann and driver:
-        row, matrix = driverfit.stack_row(ctx.matrix, stack)
+        label_notes: list[str] = []
+        row, matrix = driverfit.stack_row(ctx.matrix, stack, label_notes)
+        for note in label_notes:
+            yield info("image-driver-list-unread", f"{ref}: {note}; the local matrix is used instead")
         if row is not None:
             for f in fit_findings("image-", driver, cann, row, matrix, f"{ref} (CANN {cann})", ctx.card_flag):
                 if f.severity == "error":

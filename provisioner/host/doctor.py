@@ -252,7 +252,8 @@ def check_npu(ctx: DoctorContext):
 
 def check_bf16(ctx: DoctorContext):
     npu = ctx.torch.get("npu") or {}
-    want = (ctx.stack.get("dtype") or {}).get("compute")
+    dtype = ctx.stack.get("dtype")
+    want = dtype.get("compute") if isinstance(dtype, dict) else None
     if not npu.get("available"):
         yield info("bf16-not-checked", "no usable NPU, so bf16 support was not checked")
         return

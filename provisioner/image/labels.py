@@ -7,8 +7,6 @@ is reached through provisioner.engine, and a missing engine is one clear error.
 
 from __future__ import annotations
 
-import json
-
 from provisioner import validate
 from provisioner.errors import ProvisionError
 
@@ -29,16 +27,53 @@ CHECKOUTS_LABEL = "org.provision.framework.checkouts"
 
 
 def framework_from_labels(labels: dict | None) -> dict | None:
-    """{set, kind, env, checkouts} of a framework image, or None for an image that carries no framework set."""
-    labels = labels or {}
+    """{set, kind, env, checkouts, notes} of a framework image, or None for an image that carries no framework set.
+
+    Labels come from whoever built the image: set, kind and env must be plain names, the checkouts label a
+    bounded JSON object of {name: {commit, ref, from, path}} with text (or null) values. A label that is not is
+    left out (None, or checkouts {}) and `notes` says which and why; never a traceback."""
+    labels = labels if isinstance(labels, dict) else {}
     if FRAMEWORK_SET_LABEL not in labels:
         return None
+    notes: list[str] = []
+    out: dict = {"notes": notes}
+    for key, label in (("set", FRAMEWORK_SET_LABEL), ("kind", FRAMEWORK_KIND_LABEL), ("env", FRAMEWORK_ENV_LABEL)):
+        value = labels.get(label)
+        try:
+            out[key] = None if value is None else validate.name(value, f"label {label}")
+        except validate.Invalid as exc:
+            out[key] = None
+            notes.append(f"{exc}; not used")
     try:
-        checkouts = json.loads(labels.get(CHECKOUTS_LABEL) or "{}")
-    except ValueError:
-        checkouts = {}
-    return {"set": labels[FRAMEWORK_SET_LABEL], "kind": labels.get(FRAMEWORK_KIND_LABEL),
-            "env": labels.get(FRAMEWORK_ENV_LABEL), "checkouts": checkouts}
+        out["checkouts"] = _checkouts(labels.get(CHECKOUTS_LABEL), f"label {CHECKOUTS_LABEL}")
+    except validate.Invalid as exc:
+        out["checkouts"] = {}
+        notes.append(f"{exc}; the image's checkouts are not used")
+    return {"set": out["set"], "kind": out["kind"], "env": out["env"], "checkouts": out["checkouts"], "notes": notes}
+
+
+_CHECKOUT_KEYS = ("commit", "ref", "from", "path")
+
+
+def _checkouts(raw: object, what: str) -> dict:
+    """The checkouts label as {name: {commit, ref, from, path}}: a JSON object of objects with text or null."""
+    if raw is None or raw == "":
+        return {}
+    if not isinstance(raw, str):
+        raise validate.Invalid(f"{what}: not text")
+    doc = validate.json_doc(raw, what)
+    if not isinstance(doc, dict):
+        raise validate.Invalid(f"{what}: not a JSON object of checkouts")
+    for name, entry in doc.items():
+        validate.name(name, f"{what}: checkout name")
+        if not isinstance(entry, dict):
+            raise validate.Invalid(f"{what}: {name} is not an object")
+        for key, value in entry.items():
+            if key not in _CHECKOUT_KEYS:
+                raise validate.Invalid(f"{what}: {name}: unknown key {key[:40]!r}")
+            if value is not None:
+                validate.single_line(value, f"{what}: {name}.{key}", 1024)
+    return doc
 
 
 def stack_from_labels(labels: dict | None, ref: str = "the image") -> dict:

@@ -137,29 +137,54 @@ def driver_verdict(driver: str, cann_row: dict, matrix=None) -> tuple[str, str]:
     return "mismatch", "between the listed HDK versions"
 
 
-def label_row(cann: str, label_driver: dict | None) -> dict | None:
+def _label_lists(label_driver: dict) -> tuple[list[str], list[str]] | str:
+    """(paired, compatible) of a stack label's driver part, or why they cannot be used (one line)."""
+    from provisioner.matrix.versions import Spec
+
+    out: list[list[str]] = []
+    for key, check in (("paired", V), ("compatible", Spec)):
+        items = label_driver.get(key) or []
+        if not isinstance(items, list):
+            return f"driver.{key} is not a list ({type(items).__name__})"
+        for item in items:
+            try:
+                check(item)
+            except VersionError:
+                shown = repr(item) if len(repr(item)) <= 40 else repr(item)[:37] + "..."
+                return f"driver.{key} holds {shown}, not a version{' spec' if key == 'compatible' else ''}"
+        out.append(list(items))
+    return out[0], out[1]
+
+
+def label_row(cann: str, label_driver: dict | None, notes: list[str] | None = None) -> dict | None:
     """A CANN row built from the HDK list an image's stack label carries (None when it carries none).
 
     The label holds the list the image was built against; checking a host
     against the image trusts it over this machine's matrix (pass matrix=None).
+    Lists that do not parse are not used: None, and why goes to `notes`.
     """
-    label_driver = label_driver or {}
+    label_driver = label_driver if isinstance(label_driver, dict) else {}
     if not (label_driver.get("paired") or label_driver.get("compatible")):
         return None
-    return {"version": cann, "status": "release", "hdk_paired": list(label_driver.get("paired") or []),
-            "hdk_compatible": list(label_driver.get("compatible") or [])}
+    lists = _label_lists(label_driver)
+    if isinstance(lists, str):
+        if notes is not None:
+            notes.append(f"the image's stack label: {lists}; its HDK list is not used")
+        return None
+    return {"version": cann, "status": "release", "hdk_paired": lists[0], "hdk_compatible": lists[1]}
 
 
-def stack_row(matrix, stack: dict) -> tuple[dict | None, object]:
+def stack_row(matrix, stack: dict, notes: list[str] | None = None) -> tuple[dict | None, object]:
     """(CANN row, matrix to pass on) for judging a host against an image's Stack.
 
     The HDK list the stack carries wins (matrix None: nothing to inherit); else
     this matrix's row for the stack's CANN, or (None, matrix) when it has none.
+    A list that does not parse counts as none (why goes to `notes`).
     """
     cann = (stack.get("cann") or {}).get("version")
     if not cann:
         return None, matrix
-    row = label_row(cann, stack.get("driver"))
+    row = label_row(cann, stack.get("driver"), notes)
     if row is not None:
         return row, None
     return matrix.cann(cann), matrix

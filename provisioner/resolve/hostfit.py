@@ -212,11 +212,14 @@ def _apply_driver(opts: dict, record: dict, where: str, facts: dict) -> None:
             record["notes"].append(f"no Ascend driver found on {where}: CANN is not limited by a driver (the chips come"
                                    " from the saved npu-smi output; --driver names the target's)")
         return
+    from provisioner import validate
     from provisioner.matrix.versions import V, VersionError
 
+    # The grammar --driver is held to (request._check): a host value that fails it is the host's, never --driver's.
     try:
+        validate.version_text(drv["version"], "driver")
         V(drv["version"])
-    except VersionError:
+    except (VersionError, validate.Invalid):
         record["notes"].append(f"the driver version of {where}, {drv['version']!r} ({drv['file']}), is not a version:"
                                " CANN is not limited by it (--driver names it)")
         return

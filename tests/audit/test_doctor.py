@@ -235,3 +235,18 @@ def test_manager_nodes_follow_the_chip_family(matrix):
     facts["stack"] = {"stack": None}
     [f] = list(doctor.check_devices(doctor.DoctorContext(facts, matrix)))
     assert (f.id, f.message) == ("device-nodes-missing", "/dev/devmm_svm not in the container")
+
+
+def test_a_stack_whose_dtype_is_not_an_object_is_a_note_not_a_crash(tmp_path, matrix):
+    """A stack label with `dtype: "bf16"` (text, not {compute, ...}): stack_doc refuses it (a note), and the bf16
+    check guards its read as its siblings do; never check-crashed."""
+    root, dev = container_tree(tmp_path, None)
+    env = base_env(PROVISION_STACK=json.dumps({"id": "x", "dtype": "bf16", "cann": {"version": "8.1.RC1"},
+                                               "framework": "pytorch", "task": "train"}))
+    doc = doctor.run(root, dev, env=env, matrix=matrix)
+    assert not any(f["id"] == "check-crashed" for f in doc["findings"]), doc["findings"]
+    assert "dtype must be an object" in doc["facts"]["stack"]["error"]
+    facts = {"torch": {"npu": {"available": True, "bf16": False, "name": "Ascend910ProB"}},
+             "stack": {"stack": {"dtype": "bf16"}}}
+    [f] = list(doctor.check_bf16(doctor.DoctorContext(facts, matrix)))
+    assert (f.severity, f.id) != ("error", "check-crashed")

@@ -237,3 +237,31 @@ def test_lock_header_names_overrides(rl):
     assert "transformers 4.47.1 (torch line) -> 4.48.2 by" in lock
     assert "accepted upstream conflict: hydra-core 1.3.2 requires antlr4-python3-runtime==4.9.*" in lock
     assert json.loads(rl.read("stack.json"))["recipe"]["name"] == "mindspeed-llm"
+
+
+@pytest.mark.parametrize("checkouts, fragment", [
+    ("[1]", "not a JSON object"),
+    ('"x"', "not a JSON object"),
+    ("[" * 100000 + "]" * 100000, "nested deeper"),
+    ('{"mindspeed_llm": [1]}', "is not an object"),
+    ('{"mindspeed_llm": {"path": ["/x"]}}', "expected text"),
+    ('{"mindspeed_llm": {"path": "/x\\nRUN y"}}', "control characters"),
+    ('{"../x": {"path": "/x"}}', "checkout name"),
+    ("{not json", "not valid JSON"),
+])
+def test_framework_labels_from_an_untrusted_image_are_checked(checkouts, fragment):
+    """Review A #5: the checkouts label goes through validate.json_doc and a shape check; a bad one gives
+    checkouts {} and a note, never a traceback (and the job catalog reads {} as 'no path given')."""
+    from provisioner.jobs import catalog
+
+    fw = framework_from_labels({"org.provision.framework.set": "x", "org.provision.framework.checkouts": checkouts})
+    assert fw["checkouts"] == {} and len(fw["notes"]) == 1 and fragment in fw["notes"][0], fw["notes"]
+    where = catalog.checkout({"checkout_repo": "mindspeed_llm", "recipe": "mindspeed-llm", "checkout": "/x"}, None, fw)
+    assert isinstance(where, str) and where.startswith("/")
+
+
+def test_framework_label_names_are_plain_names():
+    fw = framework_from_labels({"org.provision.framework.set": "a;b", "org.provision.framework.kind": "mindspeed-llm",
+                                "org.provision.framework.env": "../x"})
+    assert fw["set"] is None and fw["kind"] == "mindspeed-llm" and fw["env"] is None and len(fw["notes"]) == 2
+    assert framework_from_labels({"org.provision.framework.kind": "x"}) is None

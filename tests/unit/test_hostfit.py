@@ -384,3 +384,18 @@ def test_render_text_on_a_host_without_a_driver(tmp_path, capsys):
     code, text, err = run(capsys, "render", "--root", str(bare), "--card", "800T-A2", "-o", str(tmp_path / "ctx"))
     assert code == 0 and err.count("\n") == 1 and "no Ascend driver found" in err
     assert text.startswith(f"{tmp_path / 'ctx'}: build context for ") and "  host " not in text
+
+
+@pytest.mark.parametrize("version", ["25.0.rc1+$(x)", "25.0.rc1+a b", "abc", "25.0.rc1;x"])
+def test_a_host_driver_that_is_not_a_version_is_a_note_never_blamed_on_driver(version, tmp_path, capsys):
+    """Review A #6: the host's version.info is checked with --driver's grammar; a value that fails it is a note
+    ("not a version: CANN is not limited by it"), not an error naming --driver, which the user never passed."""
+    tree = tmp_path / "tree"
+    shutil.copytree(root("seed-800ta2"), tree, symlinks=True)
+    info = tree / "usr" / "local" / "Ascend" / "driver" / "version.info"
+    info.write_text(info.read_text().replace("Version=25.0.rc1.1", f"Version={version}", 1))
+    smi = [a for f in fakehost.saved_npu_smi(Path(root("seed-800ta2"))) for a in ("--npu-smi-output", str(f))]
+    code = main(["resolve", "--root", str(tree), "--card", "800T-A2", *smi])
+    out, err = capsys.readouterr()
+    assert code == 0 and "--driver:" not in err, err
+    assert "is not a version: CANN is not limited by it" in out + err

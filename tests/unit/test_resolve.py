@@ -237,3 +237,31 @@ def test_mindspore_dtype_line_does_not_cite_torch_npu(m):
     assert not any("Ascend/pytorch" in ref for ref in s["sources"]["dtype"])
     torch = stack(m, card="800T-A2")
     assert "torch_npu reports it" in torch["explain"]["dtype"]
+
+
+def test_the_printed_install_line_quotes_its_words(m):
+    """Review A #2: the `install` line is pasted into shells; a requirement with shell characters is quoted."""
+    from provisioner.resolve.report import format_stack
+
+    s = stack(m, card="300T-A2", arch="x86_64")
+    line = next(x for x in format_stack(s).splitlines() if x.lstrip().startswith("install"))
+    assert f"pip install {s['torch']['requirement']}" in line  # plain pins stay as they were
+    odd = {**s, "torch": {**s["torch"], "requirement": "torch>=2;x $(y)", "index_url": None}}
+    line = next(x for x in format_stack(odd).splitlines() if x.lstrip().startswith("install"))
+    assert "pip install 'torch>=2;x $(y)';" in line
+
+
+def test_an_image_label_with_driver_lists_that_do_not_parse_is_a_note(m):
+    """Review A #4: label_row / stack_row fall back to the matrix with a note instead of a VersionError later."""
+    from provisioner.resolve import driverfit
+
+    for bad in ({"paired": "zz"}, {"paired": [1]}, {"paired": [None]}, {"paired": ["x"]},
+                {"compatible": [">=x"]}, {"compatible": "25.0.*"}):
+        notes: list[str] = []
+        assert driverfit.label_row("8.1.RC1", bad, notes) is None, bad
+        assert len(notes) == 1 and "not used" in notes[0], notes
+        row, fit_matrix = driverfit.stack_row(m, {"cann": {"version": "8.1.RC1"}, "driver": bad}, notes)
+        assert row is m.cann("8.1.RC1") and fit_matrix is m
+        assert driverfit.driver_fit("25.0.rc1", row, fit_matrix) in driverfit.FITS
+    good = driverfit.label_row("8.1.RC1", {"paired": ["25.0.rc1"], "compatible": ["24.1.*"]})
+    assert good is not None and driverfit.driver_fit("25.0.rc1", good, None) == "ok"
