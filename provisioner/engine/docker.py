@@ -152,14 +152,21 @@ class DockerEngine(Engine):
         return ImageInfo.from_inspect(ref, self._call(f"image {ref}", self.api.inspect_image, ref))
 
     def images(self, repository: str) -> list[ImageInfo]:
+        from docker.errors import NotFound
+
         out = []
         for summary in self._call(f"list images {repository}", self.api.images, name=repository):
             tags = [t for t in summary.get("RepoTags") or () if t.rsplit(":", 1)[0] == repository]
             try:
-                out.append(ImageInfo.from_inspect(tags[0] if tags else summary["Id"],
-                                                  self.api.inspect_image(summary["Id"])))
-            except Exception:  # noqa: BLE001 - removed between list and inspect
+                payload = self.api.inspect_image(summary["Id"])
+            except NotFound:  # removed between list and inspect
                 continue
+            except Exception as exc:  # noqa: BLE001 - translated by class: an engine that fails is not "no image"
+                raise _translate(exc, f"image {summary.get('Id', '?')}") from None
+            try:
+                out.append(ImageInfo.from_inspect(tags[0] if tags else summary["Id"], payload))
+            except Exception as exc:  # noqa: BLE001 - a payload that does not read is the engine's error
+                raise _translate(exc, f"image {summary.get('Id', '?')}") from None
         return out
 
     def pull(self, ref: str, *, platform: str | None = None) -> None:
@@ -206,16 +213,28 @@ class DockerEngine(Engine):
 
     def _inspect_all(self, ids: list[str], width: int = 8) -> list[ContainerInfo | None]:
         """Inspect `ids` side by side (`width` at a time): on a busy host, one round trip instead of one each.
-        None for a container that went away between the list and its inspect."""
+        None for a container that went away between the list and its inspect (the engine's NotFound); any other
+        failure (the engine went away, refused, a payload that does not read) is raised, translated, after the
+        batch: an engine that fails must not read as "no containers"."""
         import threading
 
+        from docker.errors import NotFound
+
         found: list[ContainerInfo | None] = [None] * len(ids)
+        failed: list[tuple[int, BaseException]] = []
 
         def inspect(i: int) -> None:
             try:
-                found[i] = ContainerInfo.from_inspect(self.api.inspect_container(ids[i]))
-            except Exception:  # noqa: BLE001 - it went away between list and inspect
-                pass
+                payload = self.api.inspect_container(ids[i])
+            except NotFound:  # it went away between list and inspect
+                return
+            except Exception as exc:  # noqa: BLE001 - kept, raised after the batch
+                failed.append((i, exc))
+                return
+            try:
+                found[i] = ContainerInfo.from_inspect(payload)
+            except Exception as exc:  # noqa: BLE001 - kept, raised after the batch
+                failed.append((i, exc))
 
         for start in range(0, len(ids), width):
             batch = [threading.Thread(target=inspect, args=(i,), daemon=True)
@@ -225,6 +244,9 @@ class DockerEngine(Engine):
             inspect(start)
             for t in batch:
                 t.join()
+            if failed:
+                i, exc = min(failed, key=lambda f: f[0])
+                raise _translate(exc, f"inspect container {ids[i][:12]}") from None
         return found
 
     def create(self, kwargs: dict) -> Container:

@@ -198,6 +198,9 @@ class FakeEngine(Engine):
         self.build_failures: dict[str, list[str]] = {}  # instruction substring -> its log before failing
         self.builds: list[dict] = []  # each build's tag and options (nocache, network, platform)
         self.unavailable: str | None = None  # set: every call raises EngineUnavailable with this reason
+        # Container names / image references whose inspect after the list fails with this error, as Docker's
+        # does: ContainerNotFound / ImageNotFound (it went away in between) is skipped, anything else is raised.
+        self.inspect_errors: dict[str, EngineError] = {}
         self.closed = False
         self.calls: list[str] = []
 
@@ -241,6 +244,11 @@ class FakeEngine(Engine):
         seen: dict[str, ImageInfo] = {}
         for ref, payload in self._images.items():
             if ref.rsplit(":", 1)[0] == repository and payload["Id"] not in seen:
+                failure = self.inspect_errors.get(ref)
+                if isinstance(failure, ImageNotFound):
+                    continue
+                if failure is not None:
+                    raise failure
                 seen[payload["Id"]] = ImageInfo.from_inspect(ref, payload)
         return list(seen.values())
 
@@ -332,6 +340,11 @@ class FakeEngine(Engine):
                 key, sep, value = label.partition("=")
                 if key not in info.labels or (sep and info.labels[key] != value):
                     continue
+            failure = self.inspect_errors.get(c.name)  # listed, then inspected
+            if isinstance(failure, ContainerNotFound):
+                continue
+            if failure is not None:
+                raise failure
             out.append(info)
         return out
 

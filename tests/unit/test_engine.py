@@ -486,3 +486,79 @@ def test_connect_early_gives_a_working_engine(docker_client):
     with engines.connect() as eng:
         assert eng.info().api_version
     assert engines._early == {}
+
+
+class _Api:
+    """docker-py's low-level API as DockerEngine calls it: two containers and two images listed, and what each
+    inspect does (a payload, or an exception)."""
+
+    def __init__(self, inspect):
+        self._inspect = inspect
+
+    def containers(self, all=False, filters=None):
+        return [{"Id": "a" * 64}, {"Id": "b" * 64}]
+
+    def inspect_container(self, cid):
+        result = self._inspect[cid[0]]
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def images(self, name=None):
+        return [{"Id": "sha256:" + "a" * 64, "RepoTags": [f"{name}:1"]}, {"Id": "sha256:" + "b" * 64, "RepoTags": []}]
+
+    def inspect_image(self, iid):
+        return self.inspect_container(iid.split(":", 1)[1])
+
+
+class _Client:
+    def __init__(self, inspect):
+        self.api = _Api(inspect)
+
+
+def _running(cid: str) -> dict:
+    return {"Id": cid * 64, "Name": f"/c{cid}", "State": {"Running": True, "Status": "running"},
+            "Config": {"Labels": {}, "Image": "img:1", "Env": []}, "HostConfig": {"Devices": []}, "Mounts": []}
+
+
+def test_docker_listing_skips_only_what_went_away_and_raises_the_rest_translated():
+    """Review A #7: a container or image removed between the list and its inspect (NotFound) is skipped; an
+    engine that fails after the list is an EngineError, never "no running containers"."""
+    from docker import errors as sdk
+
+    gone = docker_engine.DockerEngine(_Client({"a": _running("a"), "b": sdk.NotFound("No such container")}))
+    assert [c.id for c in gone.containers()] == ["a" * 64]
+    image_payload = {"Id": "sha256:" + "a" * 64, "RepoTags": ["r:1"], "Config": {"Labels": {}}}
+    assert len(docker_engine.DockerEngine(_Client({"a": image_payload,
+                                                   "b": sdk.ImageNotFound("No such image")})).images("r")) == 1
+    for failure, kind in ((ConnectionError("Connection refused"), EngineUnavailable),
+                          (sdk.APIError("500 Server Error: boom"), EngineError), (RuntimeError("bug"), EngineError)):
+        engine = docker_engine.DockerEngine(_Client({"a": _running("a"), "b": failure}))
+        with pytest.raises(kind):
+            engine.containers()
+        engine = docker_engine.DockerEngine(_Client({"a": image_payload, "b": failure}))
+        with pytest.raises(kind):
+            engine.images("r")
+    # A payload that does not read is the engine's error too, not a silent gap.
+    with pytest.raises(EngineError):
+        docker_engine.DockerEngine(_Client({"a": _running("a"), "b": {"Id": 1}})).containers()
+
+
+def test_fake_engine_lists_as_docker_does_when_an_inspect_fails():
+    """The fake mirrors it: a container or image gone between list and inspect is skipped, any other failure
+    raised."""
+    eng = FakeEngine()
+    eng.add_image("img:1")
+    eng.add_image("img:2")
+    for name in ("c1", "c2"):
+        eng.create({**KWARGS, "name": name}).start()
+    eng.inspect_errors["c2"] = ContainerNotFound("No such container: c2")
+    eng.inspect_errors["img:2"] = ImageNotFound("No such image: img:2")
+    assert [c.name for c in eng.containers(all=True)] == ["c1"]
+    assert [i.ref for i in eng.images("img")] == ["img:1"]
+    eng.inspect_errors["c2"] = EngineUnavailable("Connection refused", eng.where)
+    eng.inspect_errors["img:2"] = EngineError("image img:2: boom")
+    with pytest.raises(EngineUnavailable):
+        eng.containers(all=True)
+    with pytest.raises(EngineError):
+        eng.images("img")
