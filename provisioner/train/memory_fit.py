@@ -125,6 +125,13 @@ def _apply(cfg: TrainConfig, change: dict[str, Any]) -> TrainConfig:
 
 
 def _render(change: dict[str, Any], cfg: TrainConfig) -> list[str]:
+    """The change as key=value settings that give exactly the estimated plan when applied to the config."""
+    change = dict(change)
+    if "offload_optimizer" not in change and change.get("strategy", cfg.strategy) != cfg.strategy:
+        # _apply estimates a new strategy without offload; say so where `auto` would turn it on (zero2).
+        applied = _apply(cfg, change)
+        if replace(applied, offload_optimizer="auto").resolved_offload_optimizer() != applied.resolved_offload_optimizer():
+            change["offload_optimizer"] = applied.offload_optimizer
     words = [f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in change.items()]
     if "micro_batch_size" in change:
         ga = cfg.gradient_accumulation_steps * cfg.micro_batch_size // change["micro_batch_size"]

@@ -93,6 +93,18 @@ def test_qwen25_7b_full_on_four_64gb_chips_ddp_refused_sharded_accepted(tmp_path
     )
 
 
+def test_the_suggested_settings_give_the_plan_they_were_priced_at(tmp_path, seven_b):
+    """Applying the suggestion's key=value words to the config yields the estimated total: a new strategy is
+    priced without optimizer offload, so where `auto` would turn offload on (zero2) the words say it is off."""
+    model, data = seven_b
+    words = [f"model={model}", f"data={data}", f"output_dir={tmp_path}/o", "method=full"]
+    cap, label, _ = memory_fit.card_capacity("910B3")
+    p = memory_fit.plan(load_config(None, words), 4, "bf16", cap, label, strategies=["ddp", "zero2"])
+    assert p.fits is False and p.suggestion == ["strategy=zero2", "offload_optimizer=false"]
+    applied = memory_fit.plan(load_config(None, words + p.suggestion), 4, "bf16", cap, label, strategies=["ddp", "zero2"])
+    assert applied.fits is True and applied.total == p.suggestion_total
+
+
 def test_suggestion_is_the_smallest_change_with_the_strategies_at_hand(tmp_path, seven_b):
     model, data = seven_b
     cfg = load_config(None, [f"model={model}", f"data={data}", f"output_dir={tmp_path}/o", "method=full"])
