@@ -5,7 +5,7 @@ Each checker takes the value and what it is (``--base-image``, ``profile x: base
 value unchanged, or raises :class:`Invalid` (a ProvisionError: one line, exit 2) saying what is wrong. The
 renderers of Dockerfiles, pip.conf and printed shell lines call them again on what they place (a value that
 did not pass here is refused there, not written). Base level: imports nothing from the package but errors
-(and, where a stack's version lists are checked, the version grammar of matrix/versions, itself a leaf).
+(and, where a stack's version lists are checked, the version grammar of versions.py, also base level).
 
     image_ref     a Docker image reference: [host[:port]/]path[:tag][@algo:hex]
     url           an http(s) URL with a valid host and no whitespace or control characters
@@ -287,7 +287,7 @@ _STACK_TEXT: dict[tuple[str, ...], Callable[[object, str], object]] = {("id",): 
 
 def _version_list(value: object, what: str) -> object:
     """A list of versions (a stack's driver.paired): each version_text and a parsed version."""
-    from provisioner.matrix.versions import V, VersionError
+    from provisioner.versions import V, VersionError
 
     if not isinstance(value, list):
         raise Invalid(f"{what}: expected a list of versions, got {_show(value)}")
@@ -302,7 +302,7 @@ def _version_list(value: object, what: str) -> object:
 
 def _spec_list(value: object, what: str) -> object:
     """A list of version specs (a stack's driver.compatible): each one line and a parsed spec."""
-    from provisioner.matrix.versions import MAX_LEN, Spec, VersionError
+    from provisioner.versions import MAX_LEN, Spec, VersionError
 
     if not isinstance(value, list):
         raise Invalid(f"{what}: expected a list of version specs, got {_show(value)}")

@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from provisioner.matrix import loader, pypi, snapshot  # noqa: E402
 from provisioner.matrix.loader import IMAGE_TAG  # noqa: E402
-from provisioner.matrix.versions import V, VersionError  # noqa: E402
+from provisioner.versions import V, VersionError  # noqa: E402
 
 TAG = re.compile(r"^(?P<cann>\d+\.\d+\.[0-9A-Za-z]+(?:\.[A-Za-z]+\d+)?(?:-beta\.\d+)?)-(?P<rest>[0-9a-z]+-[a-z]+\d+\.\d+-py\d+\.\d+(?:-devel)?)$")
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from provisioner import arch
 from provisioner.host.audit_context import AuditContext
 from provisioner.host.findings import Finding, error, info, warning
-from provisioner.matrix.versions import V, VersionError, any_match, is_version, spec
 from provisioner.resolve import driverfit
 from provisioner.resolve.driverfit import driver_verdict
+from provisioner.versions import V, VersionError, any_match, is_version, spec
 
 
 def fit_findings(prefix: str, driver: str, cann: str, row: dict, matrix, what: str, card_hint: str) -> list[Finding]:

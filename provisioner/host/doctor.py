@@ -137,7 +137,7 @@ def check_cann(ctx: DoctorContext):
                     " or mount a CANN install and source its set_env.sh")
         return
     if want:
-        from provisioner.matrix.versions import V
+        from provisioner.versions import V
 
         if not any(V(c["version"]) == V(want) for c in canns):
             yield error("stack-drift", f"CANN {', '.join(c['version'] for c in canns)} is installed but the image's"

@@ -151,7 +151,7 @@ def _pairing(ctx, version: str):
         return
     if not canns:
         return  # the cann check reports the missing toolkit
-    from provisioner.matrix.versions import V
+    from provisioner.versions import V
 
     if any(V(c) == V(row["cann"]) for c in canns):
         yield info("mindspore-cann-ok", f"MindSpore {version} pairs with CANN {row['cann']}, which is installed")

@@ -53,7 +53,7 @@ def _env(stack: Mapping[str, Any]) -> dict:
 
 
 def _matches(specs, version: str) -> bool:
-    from provisioner.matrix.versions import any_match
+    from provisioner.versions import any_match
 
     return any_match(specs, version)
 
@@ -62,7 +62,7 @@ def select(matrix, stack: Mapping[str, Any]) -> dict:
     """The package set for a stack: the last row (overlays come last) whose framework, Python and (where the
     row names one) CANN ranges match. A CANN range exists for what the CANN decides, not torch: numpy 2
     with CANN before 9.0 fails torch_npu's set_device, so the torch 2.8/2.9 sets have a numpy-1 twin for it."""
-    from provisioner.matrix.versions import PyRange
+    from provisioner.versions import PyRange
 
     if stack["framework"] == "mindspore":
         field_, version = "mindspore", stack["mindspore"]["version"]

@@ -17,7 +17,7 @@ import re
 
 from provisioner import validate
 from provisioner.arch import ARCHES
-from provisioner.matrix.versions import PyRange, Spec, V, VersionError
+from provisioner.versions import PyRange, Spec, V, VersionError
 
 # table: a cited compatibility table or release note states the pairing; derived: a rule gave it (a patch
 # tag or a release-branch tip names its TorchNPU release); unconfirmed: drafted from index metadata only.

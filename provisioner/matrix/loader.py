@@ -32,9 +32,9 @@ ENV_VAR = "PROVISION_MATRIX"
 
 
 def _key(text: str) -> tuple:
-    """A version's ordering key (matrix/versions.py is imported when first needed: a warm
+    """A version's ordering key (versions.py is imported when first needed: a warm
     `provision resolve` never needs it)."""
-    from provisioner.matrix.versions import parse
+    from provisioner.versions import parse
 
     return parse(text).key
 
@@ -440,7 +440,7 @@ class Matrix:
 
     def torch_wheel_rule(self, arch: str, torch: str) -> dict:
         """How torch is pinned by torch_npu and installed, for this CPU architecture and torch line."""
-        from provisioner.matrix.versions import Spec, parse
+        from provisioner.versions import Spec, parse
 
         want = parse(torch).public()
         for row in self.data["torch_wheels"]:

@@ -175,7 +175,7 @@ def read_index(index, keep=None, progress=None) -> Facts:
 
 def index_json(facts: Facts) -> str:
     """The pypi.json text: stable order, one release per line, for readable diffs."""
-    from provisioner.matrix.versions import V, VersionError
+    from provisioner.versions import V, VersionError
 
     def order(v):
         try:

@@ -26,7 +26,7 @@ from provisioner.arch import ARCHES
 from provisioner.errors import ProvisionError
 from provisioner.matrix.snapshot import Facts, write_atomic
 from provisioner.matrix.verify import minors, range_text, version_key
-from provisioner.matrix.versions import V, VersionError, sort_versions
+from provisioner.versions import V, VersionError, sort_versions
 
 SCHEMA = "provision.matrix-sync/1"
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
-from provisioner.matrix.versions import PyRange, V, VersionError, sort_versions
+from provisioner.versions import PyRange, V, VersionError, sort_versions
 
 SCHEMA = "provision.matrix-verify/1"
 PAIRING_KINDS = ("table", "release-notes", "docs")

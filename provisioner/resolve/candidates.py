@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from provisioner.matrix.versions import any_match, parse, py_range
 from provisioner.resolve.driverfit import driver_fit
 from provisioner.resolve.request import Request
+from provisioner.versions import any_match, parse, py_range
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ A release without a list inherits the nearest older release's as a floor.
 
 from __future__ import annotations
 
-from provisioner.matrix.versions import V, VersionError, any_match, is_patch_of, parse
+from provisioner.versions import V, VersionError, any_match, is_patch_of, parse
 
 FITS = ("ok", "newer", "unknown", "no")
 VERDICTS = ("ok", "patch", "newer", "unknown", "unlisted", "too-old", "mismatch")
@@ -139,7 +139,7 @@ def driver_verdict(driver: str, cann_row: dict, matrix=None) -> tuple[str, str]:
 
 def _label_lists(label_driver: dict) -> tuple[list[str], list[str]] | str:
     """(paired, compatible) of a stack label's driver part, or why they cannot be used (one line)."""
-    from provisioner.matrix.versions import Spec
+    from provisioner.versions import Spec
 
     out: list[list[str]] = []
     for key, check in (("paired", V), ("compatible", Spec)):

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import itertools
 
-from provisioner.matrix.versions import parse, sort_versions, span
 from provisioner.resolve.candidates import Constraint, Context, apex_row, bundles_for, same, same_torch
 from provisioner.resolve.driverfit import driver_fit, hdk_row, hdk_summary
+from provisioner.versions import parse, sort_versions, span
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

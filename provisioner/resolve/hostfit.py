@@ -213,7 +213,7 @@ def _apply_driver(opts: dict, record: dict, where: str, facts: dict) -> None:
                                    " from the saved npu-smi output; --driver names the target's)")
         return
     from provisioner import validate
-    from provisioner.matrix.versions import V, VersionError
+    from provisioner.versions import V, VersionError
 
     # The grammar --driver is held to (request._check): a host value that fails it is the host's, never --driver's.
     try:
@@ -364,8 +364,8 @@ def outlook(matrix, driver: str, family: dict) -> dict:
     oldest and newest CANN with an image (None without any), older: the driver is older than every HDK listed
     for the oldest}. Raises ValueError (VersionError) for a driver version that cannot be compared.
     """
-    from provisioner.matrix.versions import V
     from provisioner.resolve import driverfit
+    from provisioner.versions import V
 
     chip = family.get("image_chip")
     rows = []

@@ -104,7 +104,7 @@ TEXT_FIELDS = ("card", "os", "host_os", "task", "framework", "dtype", "registry"
 
 def _check(values: dict, profile: str | None) -> None:
     """Every value of the request against its grammar (options and a profile's constraints alike)."""
-    from provisioner.matrix.versions import VersionError, parse
+    from provisioner.versions import VersionError, parse
 
     def where(key: str) -> str:
         flag = f"--{key.replace('_', '-')}"

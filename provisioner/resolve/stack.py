@@ -12,9 +12,9 @@ import json
 
 from provisioner.errors import ProvisionError
 from provisioner.matrix.fields import with_torch
-from provisioner.matrix.versions import parse, py_range
 from provisioner.resolve.candidates import Context, bundles_for, mindformers_rows, penalties
 from provisioner.resolve.driverfit import driver_fit, hdk_row, hdk_summary
+from provisioner.versions import parse, py_range
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

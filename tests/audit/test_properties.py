@@ -105,7 +105,7 @@ def _audit_tree(matrix, driver: str, firmware: str, toolkit: str, smi: str | Non
 
 
 def _valid(text) -> bool:
-    from provisioner.matrix.versions import V, VersionError
+    from provisioner.versions import V, VersionError
 
     try:
         V(text)

@@ -16,7 +16,7 @@ import pytest
 from provisioner import hostfile, safeyaml, validate
 from provisioner.errors import ProvisionError
 from provisioner.matrix import cache
-from provisioner.matrix.versions import V, VersionError
+from provisioner.versions import V, VersionError
 from tests.fuzz.harness import CANARY, invoke
 
 

@@ -12,7 +12,7 @@ from packaging.version import Version
 
 from provisioner.image import packages
 from provisioner.matrix import loader as matrix
-from provisioner.matrix.versions import V, any_match
+from provisioner.versions import V, any_match
 
 
 @pytest.fixture(scope="module")

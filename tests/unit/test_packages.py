@@ -8,7 +8,7 @@ from packaging.requirements import Requirement
 from provisioner.errors import ProvisionError
 from provisioner.image import packages, project
 from provisioner.matrix import loader
-from provisioner.matrix.versions import PyRange
+from provisioner.versions import PyRange
 
 
 @pytest.fixture(scope="module")

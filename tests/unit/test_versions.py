@@ -1,6 +1,6 @@
 import pytest
 
-from provisioner.matrix.versions import PyRange, Spec, V, VersionError, any_match, sort_versions
+from provisioner.versions import PyRange, Spec, V, VersionError, any_match, sort_versions
 
 
 @pytest.mark.parametrize(
@@ -91,7 +91,7 @@ def test_long_invalid_strings_are_refused_quickly():
 
 
 def test_patch_builds():
-    from provisioner.matrix.versions import is_patch_of
+    from provisioner.versions import is_patch_of
 
     assert is_patch_of(V("25.0.rc1.1"), V("25.0.RC1"))
     assert is_patch_of(V("24.1.0.3"), V("24.1.0"))
