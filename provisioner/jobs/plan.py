@@ -121,7 +121,7 @@ def build(matrix, spec: JobSpec, card: str, chips_per_node: int, nnodes: int = 1
     fw = catalog.framework(matrix, kind)
     card_row, family, _ = matrix.lookup_card(card)
     reasons: list[str] = []
-    notes: list[str] = []
+    notes: list[str] = [f"{image}: {n}" for n in (framework or {}).get("notes") or []]  # labels it could not use
     par = spec.parallel
 
     world = chips_per_node * nnodes

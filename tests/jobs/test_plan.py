@@ -96,6 +96,16 @@ def test_the_image_framework_labels_must_agree_and_give_the_checkout(shipped, st
     odd = {**llm, "checkouts": {"mindspeed_llm": {"path": "/opt/x; rm -rf /"}}}
     assert plan.build(shipped, job, card="800T-A2", chips_per_node=4, stack=stacks["llm"],
                       framework=odd).checkout == "/opt/MindSpeed-LLM"
+    # A checkouts label the image could not use (image.labels notes why) is said among the plan's notes.
+    from provisioner.image.labels import framework_from_labels
+
+    bad = framework_from_labels({"org.provision.framework.set": "mindspeed-llm-2.3.0",
+                                 "org.provision.framework.kind": "mindspeed-llm",
+                                 "org.provision.framework.checkouts": "[1]"})
+    assert bad["checkouts"] == {} and bad["notes"]
+    noted = plan.build(shipped, job, card="800T-A2", chips_per_node=4, stack=stacks["llm"], image="image img",
+                       framework=bad)
+    assert noted.checkout == "/opt/MindSpeed-LLM" and f"image img: {bad['notes'][0]}" in noted.notes
     with pytest.raises(plan.JobRefused, match=r"its framework label names mindformers-1.7.0 \(mindformers\), not MindSpeed-LLM"):
         plan.build(shipped, job, card="800T-A2", chips_per_node=4, stack=stacks["llm"],
                    framework={"set": "mindformers-1.7.0", "kind": "mindformers", "env": None, "checkouts": {}})
