@@ -23,6 +23,14 @@ out=/output/qwen25-7b-sft-ms/weights/mindspore
 partial="$out.partial"
 rm -rf "$partial"
 mkdir -p "$partial/rank_0"
+# convert_weight.py imports torch at its top and MindSpore Transformers' requirements do not bring it (the
+# image's mindformers-convert-weight command checks the same, images/mindspore.yaml).
+if ! python -c "import torch" >/dev/null 2>&1; then
+    echo "convert: convert_weight.py imports torch, which this image does not carry: install it in the image" \
+         "(pip install torch, the CPU build is enough) or convert elsewhere and put the checkpoint at" \
+         "$out/rank_0/checkpoint.ckpt (the step is then skipped)" >&2
+    exit 2
+fi
 python convert_weight.py \
     --model qwen2_5 \
     --input_path /models/Qwen2.5-7B \
