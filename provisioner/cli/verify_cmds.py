@@ -100,8 +100,9 @@ def sync_cmd(online, output, dry_run, overlays, as_json):
 
     New torch_npu and MindSpore releases (rows derived from their wheel tags
     and metadata, each `pairing: unconfirmed` with the CANN of its closest
-    relative), wheels for new Python versions, new torch lines. Use the draft
-    with --matrix FILE.
+    relative), pairing rows for wheels the matrix has without a CANN (so no
+    stack could use them; drafted the same way), wheels for new Python
+    versions, new torch lines. Use the draft with --matrix FILE.
     """
     from provisioner.matrix import loader, sync
 

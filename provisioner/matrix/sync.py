@@ -8,7 +8,10 @@ wheels. Neither names its CANN, so each row takes the CANN of its closest
 relative in the matrix (the newest table-paired wheel of the same torch line,
 the previous MindSpore release) and is marked ``pairing: unconfirmed`` until a
 source pairs it: the resolver accepts such rows with a warning, so a user is
-not blocked waiting for a release of this tool. Existing rows whose release
+not blocked waiting for a release of this tool. Rows the matrix has for wheels
+on the index but with no CANN (no stack can use them) get a pairing row drafted
+the same way, or from the newest CANN in their TorchNPU release's range where
+the row names a release that has one. Existing rows whose release
 gained wheels for new Python versions get an override row. New torch releases
 are listed for information.
 
@@ -26,14 +29,14 @@ from provisioner.arch import ARCHES
 from provisioner.errors import ProvisionError
 from provisioner.matrix.snapshot import Facts, write_atomic
 from provisioner.matrix.verify import minors, range_text, version_key
-from provisioner.versions import V, VersionError, sort_versions
+from provisioner.versions import V, VersionError, any_match, sort_versions
 
 SCHEMA = "provision.matrix-sync/1"
 
 
 @dataclass
 class Finding:
-    kind: str  # torch_npu | mindspore | torch | python
+    kind: str  # torch_npu | pairing | mindspore | torch | python
     version: str
     detail: str
     row: dict | None = None
@@ -93,8 +96,6 @@ class Syncer:
         from provisioner.matrix.snapshot import normalize_pin
 
         known = _known(self.m.rows("torch_npu"), "wheel")
-        table = [r for r in self.m.rows("torch_npu") if r.get("cann") and (r.get("pairing") or (
-            "derived" if r.get("cann_inferred") else "table")) == "table"]
         for version, wheels in sorted(self.f.releases("torch-npu").items(), key=lambda i: version_key(i[0])):
             if version_key(version) in known:
                 continue
@@ -118,18 +119,60 @@ class Syncer:
                 if mine != {expected}:
                     found = sorted(mine)[0]
                     row.setdefault("torch_pin", {})[arch] = found.replace(torch, "{torch}") if found else "none"
-            same_line = [r for r in table if V(r["torch"]).minor() == V(torch).minor()]
-            relative = max(same_line or table, key=lambda r: V(r["wheel"]).key, default=None)
             detail = f"{len(wheels)} wheels, torch {torch}, Python {row['python']}"
-            if relative:
-                row.update({"cann": relative["cann"], "pairing": "unconfirmed"})
-                how = "the same torch line" if same_line else "the newest release (a new torch line)"
-                row["notes"] = (f"drafted from the index: CANN {relative['cann']} is that of torch_npu"
-                                f" {relative['wheel']}, the newest table-paired wheel of {how}; no source pairs"
-                                f" {version} yet")
-                detail += f"; CANN {relative['cann']} unconfirmed"
+            derived = self._cann_for(version, torch, None)
+            if derived:
+                row.update({"cann": derived[0], "pairing": "unconfirmed", "notes": derived[1]})
+                detail += f"; CANN {derived[0]} unconfirmed"
             row["source"] = self.source
             self.report.findings.append(Finding("torch_npu", version, detail, row))
+
+    def _table(self) -> list[dict]:
+        return [r for r in self.m.rows("torch_npu") if r.get("cann") and (r.get("pairing") or (
+            "derived" if r.get("cann_inferred") else "table")) == "table"]
+
+    def _cann_for(self, wheel: str, torch: str, product: str | None) -> tuple[str, str] | None:
+        """The CANN a wheel no source pairs is drafted with, and the note saying how: the newest final CANN of
+        the matrix in its TorchNPU release's range where the row names a release that has one, else that of
+        its closest relative (the newest table-paired wheel of its torch line, else of any line)."""
+        release = self.m.release(product) if product else None
+        compat = (release or {}).get("cann_compatible") or []
+        in_range = [c["version"] for c in self.m.rows("cann") if V(c["version"]).is_final
+                    and any_match(compat, c["version"])]
+        if in_range:
+            cann = sort_versions(in_range)[-1]
+            return cann, (f"drafted from the index: CANN {cann} is the newest CANN of the matrix in TorchNPU"
+                          f" {product}'s compatible range ({', '.join(compat)}); no source pairs {wheel} yet")
+        table = self._table()
+        same_line = [r for r in table if V(r["torch"]).minor() == V(torch).minor()]
+        relative = max(same_line or table, key=lambda r: V(r["wheel"]).key, default=None)
+        if relative is None:
+            return None
+        how = "the same torch line" if same_line else "the newest release (a new torch line)"
+        return relative["cann"], (f"drafted from the index: CANN {relative['cann']} is that of torch_npu"
+                                  f" {relative['wheel']}, the newest table-paired wheel of {how}; no source pairs"
+                                  f" {wheel} yet")
+
+    def pairings(self):
+        """Rows of wheels on the index with no CANN: a stack can use them only with a pairing, drafted here."""
+        releases = {version_key(v): w for v, w in self.f.releases("torch-npu").items()}
+        finals = {V(r["wheel"]).release for r in self.m.rows("torch_npu") if V(r["wheel"]).is_final}
+        for row in self.m.rows("torch_npu"):
+            wheels = releases.get(version_key(row["wheel"]))
+            if row.get("cann") or not row.get("on_pypi") or not wheels:
+                continue  # paired already, or not installable from the index: nothing a pairing would unlock
+            if not V(row["wheel"]).is_final and V(row["wheel"]).release in finals:
+                continue  # a release candidate the matrix has the release of: no one needs it in a stack
+            derived = self._cann_for(row["wheel"], row["torch"], row.get("product"))
+            if derived is None:
+                continue
+            cann, how = derived
+            patch = {"wheel": row["wheel"], "cann": cann, "pairing": "unconfirmed",
+                     "notes": f"{how}; {row.get('notes', '')}".rstrip("; "),
+                     "source": [*row.get("source", []), self.source]}
+            self.report.findings.append(Finding(
+                "pairing", row["wheel"], f"in the matrix with {len(wheels)} wheels on the index but no CANN"
+                f" pairing, so no stack uses it; CANN {cann} unconfirmed", patch))
 
     def mindspore(self):
         rows = self.m.rows("mindspore")
@@ -202,6 +245,7 @@ class Syncer:
 
     def run(self) -> SyncReport:
         self.torch_npu()
+        self.pairings()
         self.mindspore()
         self.python_tags()
         self.torch()
@@ -218,23 +262,38 @@ def _yaml_value(value) -> str:
     return json.dumps(str(value), ensure_ascii=False)  # a JSON string is a YAML double-quoted scalar
 
 
+def _combined(old: dict | None, new: dict) -> dict:
+    """Two patches of one row (a pairing and new Python tags): one row, both notes, each source once."""
+    if old is None:
+        return dict(new)
+    out = {**old, **new}
+    if old.get("notes") and new.get("notes") and old["notes"] != new["notes"]:
+        out["notes"] = f"{old['notes']}; {new['notes']}"
+    if "source" in old and "source" in new:
+        listed = [src for part in (old["source"], new["source"]) for src in (part if isinstance(part, list) else [part])]
+        out["source"] = list(dict.fromkeys(listed))
+    return out
+
+
 def render(report: SyncReport) -> str:
     lines = [f"# Draft matrix overlay written by `provision matrix sync` from {report.facts['index']}",
              f"# ({'live index' if report.facts['origin'] == 'online' else 'recorded snapshot'} of {report.facts['taken']}).",
-             "# Rows marked `pairing: unconfirmed` take the CANN of their closest relative in the matrix;",
+             "# Rows marked `pairing: unconfirmed` take the CANN of their closest relative in the matrix (or",
+             "# of their TorchNPU release's range); their notes say which;",
              "# no source pairs them yet, so stacks built on them carry a warning. Review the rows, then",
              "# use the file with --matrix FILE (or PROVISION_MATRIX=FILE).", ""]
-    sections: dict[str, list] = {"torch_npu": [], "mindspore": []}
+    sections: dict[str, dict] = {"torch_npu": {}, "mindspore": {}}
     for f in report.findings:
         if f.row is None:
             continue
         section = "mindspore" if (f.kind == "mindspore" or "version" in f.row) else "torch_npu"
-        sections[section].append(f.row)
+        key = version_key(f.row["version" if section == "mindspore" else "wheel"])
+        sections[section][key] = _combined(sections[section].get(key), f.row)  # one row per wheel in a file
     for section, rows in sections.items():
         if not rows:
             continue
         lines.append(f"{section}:")
-        for row in rows:
+        for row in rows.values():
             first = True
             for key, value in row.items():
                 lines.append(f"{'  - ' if first else '    '}{key}: {_yaml_value(value)}")

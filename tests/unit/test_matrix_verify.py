@@ -203,3 +203,50 @@ def _hide_one(tmp_path: Path) -> Path:
     p = tmp_path / "hide-one.yaml"
     p.write_text('torch_npu:\n  - {wheel: "2.9.1", remove: true}\n')
     return p
+
+
+def test_sync_drafts_pairings_for_rows_on_the_index_with_no_cann(facts, tmp_path):
+    # rows the matrix has, on PyPI, with no CANN: no stack uses them until a pairing is drafted for them
+    proc = run("resolve", "--card", "800T-A2", "--torch-npu", "2.14.0", "--for-host", "none")
+    assert proc.returncode == 2 and "no published CANN pairing" in proc.stderr
+    out = tmp_path / "draft.yaml"
+    report = sync.sync(loader.load(use_cache=False), facts, str(out))
+    rows = {f.version: f.row for f in report.findings if f.kind == "pairing"}
+    for wheel in ("2.9.1", "2.13.0", "2.14.0"):
+        assert rows[wheel]["pairing"] == "unconfirmed" and rows[wheel]["cann"] == "9.1.0", wheel
+    assert "torch_npu 2.9.0.post6, the newest table-paired wheel of the same torch line" in rows["2.9.1"]["notes"]
+    assert "newest release (a new torch line)" in rows["2.14.0"]["notes"]
+    assert not [w for w in rows if "rc" in w]  # release candidates of releases the matrix has are left alone
+    assert report.written == str(out) and 'wheel: "2.14.0"' in out.read_text()
+    proc = run("resolve", "--card", "800T-A2", "--torch-npu", "2.14.0", "--arch", "aarch64", "--for-host", "none",
+               "--matrix", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    stack = json.loads(proc.stdout)["stack"]
+    assert stack["cann"]["version"] == "9.1.0"
+    assert any("2.14.0: its CANN 9.1.0 pairing is unconfirmed" in w for w in stack["warnings"])
+    # a row that has a pairing (from the draft, or a hand-written overlay) is not drafted again
+    again = sync.sync(loader.load([str(out)], use_cache=False), facts, None, [str(out)])
+    assert not [f for f in again.findings if f.kind == "pairing"]
+    hand = str(ROOT / "examples" / "overlays" / "torch-2.13.yaml")
+    by_hand = sync.sync(loader.load([hand], use_cache=False), facts, None, [hand])
+    assert {f.version for f in by_hand.findings if f.kind == "pairing"} >= {"2.9.1", "2.14.0"}
+    assert "2.13.0" not in {f.version for f in by_hand.findings if f.kind == "pairing"}
+
+
+def test_sync_pairs_a_row_that_names_its_release_from_the_release_range(facts, tmp_path):
+    named = tmp_path / "named.yaml"
+    named.write_text('torch_npu:\n  - {wheel: "2.9.1", product: "7.3.0"}\n')
+    report = sync.sync(loader.load([str(named)], use_cache=False), facts, str(tmp_path / "d.yaml"), [str(named)])
+    [row] = [f.row for f in report.findings if f.kind == "pairing" and f.version == "2.9.1"]
+    assert row["cann"].startswith("9.1.") and "TorchNPU 7.3.0's compatible range" in row["notes"]
+
+
+def test_sync_draft_has_one_row_per_wheel():
+    # a pairing and new Python tags for the same row become one overlay row (a file may not repeat a wheel)
+    report = sync.SyncReport(facts={"index": "idx", "taken": "today", "origin": "snapshot"}, findings=[
+        sync.Finding("pairing", "9.9.9", "", {"wheel": "9.9.9", "cann": "1.0.0", "notes": "a", "source": ["PYPI", "x"]}),
+        sync.Finding("python", "9.9.9", "", {"wheel": "9.9.9", "python": "3.10-3.14", "notes": "b",
+                                              "source": ["PYPI", "x"]})])
+    text = sync.render(report)
+    assert text.count('wheel: "9.9.9"') == 1 and 'notes: "a; b"' in text and 'source: ["PYPI", "x"]' in text
+    assert 'cann: "1.0.0"' in text and 'python: "3.10-3.14"' in text
