@@ -103,19 +103,21 @@ def test_bad_config_is_one_line_and_exit_2(tmp_path):
 
 
 def test_fixes_and_report_lines():
-    assert "numpy<2" in selftest.fix_for("RuntimeError: SetPrecisionMode ... error code is 500001", "x")
-    assert selftest.fix_for("ImportError: libascend_hal.so: cannot open shared object file", "x").startswith(
+    from provisioner.train import selftest_report as report
+
+    assert "numpy<2" in report.fix_for("RuntimeError: SetPrecisionMode ... error code is 500001", "x")
+    assert report.fix_for("ImportError: libascend_hal.so: cannot open shared object file", "x").startswith(
         "CANN or driver libraries are missing")
-    assert selftest.fix_for("something else", "the default") == "the default"
-    ok = [selftest.Result(name, "ok", "fine", rank=r) for name in selftest.CHECKS for r in (0,)]
-    bad = [selftest.Result(name, "ok", "fine", rank=1) for name in selftest.CHECKS]
-    bad[4] = selftest.Result("all-reduce", "fail", error="boom", fix="do this", rank=1)
-    doc = selftest.document([ok, bad], 2)
+    assert report.fix_for("something else", "the default") == "the default"
+    ok = [report.Result(name, "ok", "fine", rank=r) for name in report.CHECKS for r in (0,)]
+    bad = [report.Result(name, "ok", "fine", rank=1) for name in report.CHECKS]
+    bad[4] = report.Result("all-reduce", "fail", error="boom", fix="do this", rank=1)
+    doc = report.document([ok, bad], 2)
     assert doc["status"] == "failed" and checks(doc)["all-reduce"]["ranks_failed"] == [1]
     # A report from a real host carries the libraries that decided the checks (here: no torch_npu).
-    assert list(doc["versions"]) == list(selftest.REPORTED)
+    assert list(doc["versions"]) == list(report.REPORTED)
     assert doc["versions"]["torch"] == importlib.metadata.version("torch") and doc["versions"]["torch_npu"] is None
-    text = selftest.lines(doc)
+    text = report.lines(doc)
     assert "FAIL  all-reduce       boom (ranks 1)" in text and any(line.endswith("fix: do this") for line in text)
     assert text[-1] == "self-test FAILED (1 of 6 checks) on 2 workers"
 
