@@ -41,6 +41,8 @@ CASES = {
     "800T-A2-mindspeed-llm-2.0.0-aarch64": ["--card", "800T-A2", "--recipe", "mindspeed-llm", "--cann", "8.1.RC1",
                                             "--torch", "2.1.0", "--arch", "aarch64"],
     "profile-mindspore-2.7.1-a2": ["--profile", "mindspore-2.7.1-a2", "--arch", "x86_64"],
+    "800T-A2-mindformers-1.6.0-x86_64": ["--card", "800T-A2", "--recipe", "mindspore", "--with", "mindformers",
+                                         "--mindspore", "2.7.0", "--arch", "x86_64"],
     "profile-a2-torch2.1-lora-deepspeed": ["--profile", "a2-torch2.1-lora-deepspeed", "--arch", "x86_64"],
     # What the image tests build: the overlay's torch 2.13 pairing on the local Debian base.
     "300T-A2-torch2.13-local-base": ["--card", "300T-A2", "--torch", "2.13.0", "--arch", "x86_64",
