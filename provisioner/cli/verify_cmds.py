@@ -104,8 +104,12 @@ def sync_cmd(online, output, dry_run, overlays, as_json):
     stack could use them; drafted the same way), wheels for new Python
     versions, new torch lines. Use the draft with --matrix FILE.
     """
+    import shlex
+
+    from provisioner import validate
     from provisioner.matrix import loader, sync
 
+    validate.single_line(output, "-o/--output")  # it is printed back, and into a shell line
     m = loader.load(list(overlays))
     report = sync.sync(m, _facts(online), None if dry_run else output, list(overlays))
     if as_json:
@@ -120,7 +124,7 @@ def sync_cmd(online, output, dry_run, overlays, as_json):
     click.echo(table([[x.kind, x.version, x.detail] for x in report.findings], ["kind", "version", "what"]))
     if report.written:
         click.echo(f"\nwrote {report.written}: draft rows, unconfirmed until a source pairs them;"
-                   f" use it with --matrix {report.written}")
+                   f" use it with --matrix {shlex.quote(str(report.written))}")
     elif not dry_run:
         click.echo("\nnothing to draft (only information above)")
     return 0

@@ -110,6 +110,8 @@ def argv_for(data, path: tuple[str, ...], cmd: click.Command, pool) -> tuple[lis
             continue
         present = data.draw(st.integers(0, 9), label=f"{name}?") < (9 if p.required else 3)
         if not present:
+            if name == "-o" and isinstance(p.default, str):
+                outputs.append(p.default)  # the command writes its documented default output (matrix sync)
             continue
         count = data.draw(st.integers(1, 3), label=f"{name}#") if getattr(p, "multiple", False) else 1
         for _ in range(count):
