@@ -176,34 +176,18 @@ def run_in_image(docker_client):
 
 # -- disk ------------------------------------------------------------------------------------------------------
 
-# Below this much free space where the engine keeps its images, the images a finished test module left without a
-# tag (the stages of multi-stage builds, images a rebuild replaced) are pruned. A full run builds some 17 GB of
-# images (the MindSpore stages alone 4 GB each); on a roomy machine they stay, as the build cache of later runs.
-PRUNE_BELOW_GB = float(os.environ.get("PROVISION_TEST_PRUNE_BELOW_GB", "40"))
+
+def dangling_ids(client) -> set[str]:
+    """The untagged top-level images (stages of multi-stage builds, images a rebuild replaced)."""
+    return {img.id for img in client.images.list(filters={"dangling": True})}
 
 
-def engine_free_gb(client) -> float | None:
-    """Free space on the file system of the engine's data root (None when it cannot be read from here)."""
-    import shutil
+def remove_images(client, ids) -> None:
+    """Remove these images (what one fixture's build left untagged); one still in use stays."""
+    import docker
 
-    try:
-        root = client.info().get("DockerRootDir") or "/var/lib/docker"
-        return shutil.disk_usage(root).free / 2**30
-    except Exception:  # noqa: BLE001 - a remote engine, or no permission: nothing to decide with
-        return None
-
-
-def prune_if_tight(client) -> None:
-    free = engine_free_gb(client)
-    if free is not None and free < PRUNE_BELOW_GB:
-        client.images.prune(filters={"dangling": True})
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_teardown(item, nextitem):
-    """When a module that used the engine has finished (its fixtures torn down, so the images it removes are
-    gone), prune untagged images if the disk is getting tight."""
-    client = getattr(item, "funcargs", {}).get("docker_client")
-    yield
-    if client is not None and (nextitem is None or nextitem.module is not item.module):
-        prune_if_tight(client)
+    for image_id in ids:
+        try:
+            client.images.remove(image_id, force=False)
+        except docker.errors.APIError:
+            pass

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import fwrepos
-from tests.helpers.engine import ROOT, provision, trusted_ca_file
+from tests.helpers.engine import ROOT, dangling_ids, provision, remove_images, trusted_ca_file
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -46,15 +46,19 @@ def mindspore_build(docker_client, base_image, tmp_path_factory):
             "--base-image", base_image, "--matrix", str(overlay), "--source", f"mindformers={repo}",
             "--trusted-ca", trusted_ca_file(), "--network", "host", "--json"]
     args += ["--wheelhouse", str(wheelhouse)]
+    before = dangling_ids(docker_client)
     proc = provision(*args, timeout=3600)
     if proc.returncode != 0:
         pytest.fail(f"provision build failed ({proc.returncode}):\n{proc.stderr[-6000:]}")
     result = json.loads(proc.stdout)
     result["stderr"], result["commit"] = proc.stderr, commit
+    stages = dangling_ids(docker_client) - before
     yield result
-    # 3.7 GB that no other module uses (its build stages go with the next prune, tests/helpers/engine.py).
+    # The image (3.7 GB) and the build stages it left untagged (4.4 GB each): no other module uses them, and a
+    # full run must fit a CI machine's disk. Other untagged images stay: they are other builds' cache.
     for tag in result.get("tags") or [result["tag"]]:
         docker_client.images.remove(tag, force=True)
+    remove_images(docker_client, stages)
 
 
 def test_mindspore_image_lock_check_and_pip_check(mindspore_build, run_in_image):
