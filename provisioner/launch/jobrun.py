@@ -26,8 +26,8 @@ from provisioner.devices.plan import DevicePlan
 from provisioner.engine.base import Engine
 from provisioner.engine.types import ImageInfo
 from provisioner.errors import ProvisionError
+from provisioner.launch import container, torchrun
 from provisioner.launch import run as launch
-from provisioner.launch import torchrun
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ class JobRun:
     network: str | None = None
     keep: bool = False
     name: str | None = None
-    stop_timeout: int = launch.STOP_TIMEOUT_S
+    stop_timeout: int = container.STOP_TIMEOUT_S
     labels: dict[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     init: bool = True
@@ -160,10 +160,10 @@ def run(job: JobRun, engine: Engine, out: TextIO | None = sys.stdout, err: TextI
                       labels={**job.labels, JOB_LABEL: plan.spec.name}, notes=job.notes)
     kw = launch.container_kwargs(base, "job", command(plan), env)
     started = time.monotonic()
-    launch.say(err, f"run {base.run_id}: job {plan.spec.name} ({plan.kind['id']}, node {job.devices.multi.node_rank}"
+    container.say(err, f"run {base.run_id}: job {plan.spec.name} ({plan.kind['id']}, node {job.devices.multi.node_rank}"
               f" of {plan.nnodes}) in {kw['name']}: $ {' '.join(command(plan))}")
-    with launch.SignalGuard() as guard:
-        result = launch.run_container(engine, kw, "job", guard, out, err, job.keep, job.stop_timeout, on_line=on_line)
+    with container.SignalGuard() as guard:
+        result = container.run_container(engine, kw, "job", guard, out, err, job.keep, job.stop_timeout, on_line=on_line)
     for s in steps.values():
         if s["status"] in ("running", "waiting"):
             s["status"] = "interrupted" if result.signal else "failed"

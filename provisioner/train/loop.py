@@ -120,10 +120,9 @@ class Trainer:
         """The memory plan against this device, before any weight is loaded; refuse what cannot fit."""
         cfg, dev = self.cfg, self.dev
         self.prec = devmod.choose_precision(cfg.precision, dev)
-        if cfg.strategy in ("zero2", "zero3"):
-            from provisioner.train import zero
+        from provisioner.train import zero
 
-            zero.check_supported(dev, self.prec, cfg.strategy)
+        zero.check_supported(dev, self.prec, cfg.strategy)
         self.attn = pick_attention(cfg.attn_implementation, dev)
         if fix_flash_autocast(dev, self.prec, self.attn):
             self._info(f"NPU flash attention runs in {self.prec.name}: this transformers would run fp32 queries "

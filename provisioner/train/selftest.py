@@ -304,8 +304,7 @@ class SelfTest:
             # Some worker would not reach the steps' collectives and the others would wait for it.
             return Result("train-steps", "n/a", "skipped: a worker failed an earlier check")
         cfg = self.cfg
-        if cfg.strategy == "zero2":
-            zero.check_supported(self.dev, self.prec)
+        zero.check_supported(self.dev, self.prec, cfg.strategy)
         attn = self.attn or attention.pick_attention(cfg.attn_implementation, self.dev)
         loss_fn = model.SFTLoss(self._tiny_model(cfg.method, attn), 0)
         loss_fn.train()

@@ -24,13 +24,13 @@ from provisioner.train.optim import build_scheduler, param_groups
 from provisioner.train.packing import Batch
 
 
-def check_supported(dev: DeviceInfo, prec: Precision, strategy: str = "zero2") -> None:
-    """Refuse ZeRO (stage 2 or 3) with fp16 on an NPU in saturation mode (first-generation 910): the chip
+def check_supported(dev: DeviceInfo, prec: Precision, strategy: str) -> None:
+    """For the ZeRO strategies (other strategies pass): refuse ZeRO (stage 2 or 3) with fp16 on an NPU in saturation mode (first-generation 910): the chip
     clamps an overflow to the largest finite value instead of producing Inf/NaN, and upstream DeepSpeed detects
     overflow only by Inf/NaN (runtime/zero/stage_1_and_2.py and stage3.py, _has_inf_or_nan), so the loss scale
     never backs off and saturated gradients are applied. torch_npu's GradScaler (the DDP path) reads the chip's
     overflow flag instead (torch_npu/npu/amp/grad_scaler.py)."""
-    if dev.type == "npu" and prec.name == "fp16" and dev.inf_nan is False:
+    if strategy in ("zero2", "zero3") and dev.type == "npu" and prec.name == "fp16" and dev.inf_nan is False:
         raise ConfigError(
             f"config: strategy: {strategy} with fp16 would apply saturated gradients on {dev.name}: this chip "
             "saturates on overflow instead of producing Inf/NaN, and DeepSpeed detects overflow only by Inf/NaN; "

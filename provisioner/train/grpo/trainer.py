@@ -294,10 +294,9 @@ def run_grpo(cfg: TrainConfig, resume: str | None) -> dict[str, Any]:
     is_main = rank == 0
     dev = devmod.detect(local_rank, cfg.npu_jit_compile)
     prec = devmod.choose_precision(cfg.precision, dev)
-    if cfg.strategy in ("zero2", "zero3"):  # the same refusal as SFT's: DeepSpeed misses a saturating overflow
-        from provisioner.train import zero
+    from provisioner.train import zero
 
-        zero.check_supported(dev, prec, cfg.strategy)
+    zero.check_supported(dev, prec, cfg.strategy)  # as SFT's: DeepSpeed misses a saturating chip's overflow
     attn = pick_attention(cfg.attn_implementation, dev)
     fix_flash_autocast(dev, prec, attn)
     out = Path(cfg.output_dir)
