@@ -45,6 +45,7 @@ from provisioner.image.pipreport import Pip, Target, norm  # noqa: E402
 
 CACHE = ROOT / ".cache" / "provision"
 GENERATED = ("resolved", "inputs", "layers", "sources", "overrides", "conflicts")
+SOURCES_NOTE = "    # what the packages built from source declare (their upstream file): checked like the lock"
 
 
 def load(name: str) -> dict:
@@ -246,7 +247,7 @@ def dump(out: dict) -> list[str]:
     for key in ("resolved", "inputs"):
         lines.append(f"    {key}:")
         lines += [f"      {json.dumps(k)}: {json.dumps(v)}" for k, v in out[key].items()]
-    lines.append("    # what the packages built from source declare (their upstream file): checked like the lock")
+    lines.append(SOURCES_NOTE)
     lines.append("    sources:" if out["sources"] else "    sources: {}")
     lines += [f"      {json.dumps(k)}: {json.dumps(v)}" for k, v in out["sources"].items()]
     lines.append("    layers:")
@@ -270,6 +271,8 @@ def write_back(text: str, env_id: str, out: dict) -> str:
         end -= 1
     row, kept, skip = lines[start:end], [], False
     for line in row:
+        if line == SOURCES_NOTE:  # written by dump() with the keys below, so replaced with them
+            continue
         if line.startswith("    ") and not line.startswith("     "):
             skip = line.strip().split(":", 1)[0] in GENERATED
         if not skip:
