@@ -215,8 +215,9 @@ class Constraint:
     dim: str  # the candidate field this constraint mostly speaks about
 
 
-def bundles_for(ctx: Context, cand: Candidate) -> list[dict]:
-    """The MindSpeed-LLM/RL release sets that fit a candidate (and the pinned refs, if any)."""
+def bundles_for(ctx: Context, cand: Candidate, python: bool = True) -> list[dict]:
+    """The MindSpeed-LLM/RL release sets that fit a candidate (and the pinned refs, if any); with python=False,
+    those that would fit it but for its Python (what a refusal names when only the Python stands between)."""
     pins = dict(ctx.req.pins)
     torch = cand.get("torch")
     out: list[dict] = []
@@ -230,7 +231,7 @@ def bundles_for(ctx: Context, cand: Candidate) -> list[dict]:
         canns = b.get("cann", [])
         if not (any(same(c, cand["cann"]) for c in canns) or in_specs(b.get("cann_compatible"), cand["cann"])):
             continue
-        if cand["python"] not in py_range(b["python"]):
+        if python and cand["python"] not in py_range(b["python"]):
             continue
         refs = {
             "mindspeed": b["mindspeed_ref"],

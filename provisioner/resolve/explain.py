@@ -141,6 +141,31 @@ def _describe(ctx: Context, con: Constraint, cands: list[Candidate], dim: str) -
     return f"{con.flag} works with {label} {span(vals)}"
 
 
+def _python_between(ctx: Context, other: Constraint, cands: list[Candidate], ms_cands: list[Candidate]) -> str | None:
+    """Why `other` and --with mindspeed-llm cannot go together when only the base images' Python stands between
+    them: a set fits `other`'s stacks but for their Python (e.g. the official images of a CANN ship one Python the
+    set was not released for). None when something else (torch, CANN, family) is in the way."""
+    blocked = [(c, bs) for c in cands if (bs := bundles_for(ctx, c, python=False))]
+    if not blocked:
+        return None
+    sets = {b["id"]: b for _, bs in blocked for b in bs}
+    envs = ctx.m.rows("framework_envs") if "framework_envs" in ctx.m.data else []
+    locked = sort_versions({str(e["python"]) for e in envs if e["set"] in sets})
+    # The Python an image of the set can have: the one its environments are locked for, else its declared range.
+    need = locked or sort_versions({str(b["python"]).split("-")[-1] for b in sets.values()})
+    have = sort_versions({c["python"] for c, _ in blocked})
+    canns = sort_versions({c["cann"] for c, _ in blocked})
+    chip = ctx.chip or ctx.family["id"]
+    where = (f"the listed CANN {canns[0]} images for chip {chip}" if other.name == "cann" and len(canns) == 1
+             else f"the listed base images for chip {chip} with {other.flag}")
+    names = ", ".join(sorted(sets, key=lambda s: parse(sets[s].get("release") or "0").key))
+    fits = sort_versions({c["cann"] for c in ms_cands})
+    return (f"{names} {'needs' if len(sets) == 1 else 'need'} Python {' or '.join(need)}, and {where} offer"
+            f" Python {', '.join(have)} only; pass --base-image with a CANN {' or '.join(canns)} image that has"
+            f" Python {need[-1]} (and --python {need[-1]}), or choose another CANN or set (the listed images fit"
+            f" --with mindspeed-llm with CANN {', '.join(fits)})")
+
+
 def explain_failure(ctx: Context, cons: list[Constraint], masks: dict[str, list[bool]]) -> list[str]:
     """The reasons no candidate survives `cons` (masks: constraint name -> which candidates pass it)."""
     base = ctx.base()
@@ -161,6 +186,11 @@ def explain_failure(ctx: Context, cons: list[Constraint], masks: dict[str, list[
             continue
         only_a = [c for c, ok in zip(base, masks[a.name], strict=True) if ok]
         only_b = [c for c, ok in zip(base, masks[b.name], strict=True) if ok]
+        if "mindspeed-llm" in (a.name, b.name) and "python" not in (a.name, b.name):
+            other, cands, ms_cands = (b, only_b, only_a) if a.name == "mindspeed-llm" else (a, only_a, only_b)
+            if (why := _python_between(ctx, other, cands, ms_cands)) is not None:
+                reasons.append(f"{a.flag} conflicts with {b.flag} on Python: {why}")
+                continue
         parts = [p for p in (_describe(ctx, a, only_a, b.dim), _describe(ctx, b, only_b, a.dim)) if p]
         reasons.append(f"{a.flag} conflicts with {b.flag}: {'; '.join(parts)}")
     if not reasons and good:

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from provisioner.errors import ProvisionError, ResolveError
@@ -265,3 +267,23 @@ def test_an_image_label_with_driver_lists_that_do_not_parse_is_a_note(m):
         assert driverfit.driver_fit("25.0.rc1", row, fit_matrix) in driverfit.FITS
     good = driverfit.label_row("8.1.RC1", {"paired": ["25.0.rc1"], "compatible": ["24.1.*"]})
     assert good is not None and driverfit.driver_fit("25.0.rc1", good, None) == "ok"
+
+
+@pytest.mark.parametrize("cann, sets", [("8.3.RC1", "mindspeed-llm-2.2.0"), ("8.2.RC1", "mindspeed-llm-2.1.0"),
+                                        ("9.1.0", "mindspeed-llm-26.1.0")])
+def test_mindspeed_on_a_cann_without_its_python_names_the_python(m, cann, sets):
+    """The sets of these CANN releases need Python 3.10 and the official images carry another Python: the refusal
+    says so, in one line, with the ways forward - not a CANN range that contains the requested CANN."""
+    err = refused(m, card="300T-A2", cann=cann, extras=["mindspeed-llm"])
+    summary = str(err)
+    assert "\n" not in summary and summary == err.reasons[0]
+    assert summary.startswith(f"--cann {cann} conflicts with --with mindspeed-llm on Python: ")
+    assert f"{sets} " in summary or f"{sets}," in summary or f"{sets})" in summary
+    assert re.search(r"needs? Python 3\.10, and ", summary)
+    assert "Python 3.10" not in summary.split(" offer ")[1].split(";")[0]
+    assert "--base-image" in summary and "--python 3.10" in summary
+    assert "works with CANN" not in summary  # the old pairwise range hid the real conflict
+    # the way forward works: the same request with a Python 3.10 base image resolves to that set
+    s = stack(m, card="300T-A2", cann=cann, extras=["mindspeed-llm"], python="3.10",
+              base_image="registry.example.com/cann-py3.10:latest")
+    assert s["extras"]["mindspeed_llm"]["set"] == sets and s["python"] == "3.10"
