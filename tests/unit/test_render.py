@@ -40,9 +40,23 @@ CASES = {
                                            "--arch", "x86_64"],
     "800T-A2-mindspeed-llm-2.0.0-aarch64": ["--card", "800T-A2", "--recipe", "mindspeed-llm", "--cann", "8.1.RC1",
                                             "--torch", "2.1.0", "--arch", "aarch64"],
+    # The CANN releases of MindSpeed-LLM 2.1.0, 2.2.0 and 26.1.0 (8.2.RC1, 8.3.RC1, 9.1.0) have official 910B images
+    # with Python 3.11 or 3.12 only, and the sets need 3.10: a user passes a base image of that CANN with Python 3.10.
+    # 2.1.0 is released for torch 2.1.0 and 2.6.0; without --torch the newest, 2.6.0, is chosen.
+    "800T-A2-mindspeed-llm-2.1.0-base-image-aarch64": [
+        "--card", "800T-A2", "--recipe", "mindspeed-llm", "--cann", "8.2.RC1", "--python", "3.10",
+        "--base-image", "registry.example.com/ascend/cann:8.2.rc1-910b-ubuntu22.04-py3.10", "--arch", "aarch64"],
+    "800T-A2-mindspeed-llm-2.2.0-base-image-x86_64": [
+        "--card", "800T-A2", "--recipe", "mindspeed-llm", "--cann", "8.3.RC1", "--python", "3.10",
+        "--base-image", "registry.example.com/ascend/cann:8.3.rc1-910b-ubuntu22.04-py3.10", "--arch", "x86_64"],
+    "800T-A2-mindspeed-llm-26.1.0-base-image-aarch64": [
+        "--card", "800T-A2", "--recipe", "mindspeed-llm", "--cann", "9.1.0", "--python", "3.10",
+        "--base-image", "registry.example.com/ascend/cann:9.1.0-910b-ubuntu22.04-py3.10", "--arch", "aarch64"],
     "profile-mindspore-2.7.1-a2": ["--profile", "mindspore-2.7.1-a2", "--arch", "x86_64"],
     "800T-A2-mindformers-1.6.0-x86_64": ["--card", "800T-A2", "--recipe", "mindspore", "--with", "mindformers",
                                          "--mindspore", "2.7.0", "--arch", "x86_64"],
+    "800T-A2-mindformers-1.8.0-aarch64": ["--card", "800T-A2", "--recipe", "mindspore", "--with", "mindformers",
+                                          "--mindspore", "2.7.2", "--arch", "aarch64"],
     "profile-a2-torch2.1-lora-deepspeed": ["--profile", "a2-torch2.1-lora-deepspeed", "--arch", "x86_64"],
     # What the image tests build: the overlay's torch 2.13 pairing on the local Debian base.
     "300T-A2-torch2.13-local-base": ["--card", "300T-A2", "--torch", "2.13.0", "--arch", "x86_64",
@@ -73,6 +87,22 @@ def test_golden(rendered, name):
     for filename in GOLDEN_FILES:
         got = (rendered[name] / filename).read_text(encoding="utf-8")
         goldens.check(GOLDEN / name / filename, got, f"{name}/{filename}")
+
+
+def test_every_framework_set_has_a_golden(rendered):
+    """Every MindSpeed-LLM/RL set and every MindSpore Transformers release of the matrix renders into a golden
+    Dockerfile (and so is hadolint-checked below)."""
+    from provisioner.image import frameworks
+    from provisioner.matrix import loader
+
+    m = loader.load(use_cache=False)
+    sets = {r["id"] for r in m.rows("llm_bundles")} | {f"mindformers-{r['version']}" for r in m.rows("mindformers")}
+    covered = set()
+    for path in rendered.values():
+        found = frameworks.set_of(json.loads((path / "stack.json").read_text())["stack"])
+        if found:
+            covered.add(found[0])
+    assert sorted(sets - covered) == []
 
 
 def _hadolint() -> str:
