@@ -97,17 +97,27 @@ def test_seed_grpo_environment_is_the_upstream_order(m):
 
 
 def test_fixture_files_are_the_upstream_files_the_locks_were_made_from(m):
-    env = envs(m)[SEED_RL]
-    bundle = next(b for b in m.rows("llm_bundles") if b["id"] == "mindspeed-rl-2.0.0")
-    checked = 0
-    for key, digest in env["inputs"].items():
-        name, _, path = key.partition(":")
-        checkout, _, short = name.partition("@")
-        if short and bundle["commits"][checkout].startswith(short):
-            fixture = fwrepos.FIXTURES / "mindspeed-rl-2.0.0" / checkout / path
-            assert hashlib.sha256(fixture.read_bytes()).hexdigest() == digest, key
-            checked += 1
-    assert checked == 3  # vllm-ascend, MindSpeed and MindSpeed-RL requirements.txt
+    # One directory per MindSpeed set (tests/fixtures/frameworks/SET/CHECKOUT), one checkout per pinned commit; every
+    # upstream file a lock of the set read at that commit is there, byte for byte.
+    bundles = {b["id"]: b for b in m.rows("llm_bundles")}
+    checked: dict[str, set[str]] = {}
+    for fixture in sorted(p for p in fwrepos.FIXTURES.iterdir() if p.is_dir()):
+        bundle = bundles[fixture.name]
+        assert {p.name for p in fixture.iterdir()} == set(bundle["commits"]), fixture.name
+        for env in (e for e in m.rows("framework_envs") if e["set"] == fixture.name):
+            for key, digest in env["inputs"].items():
+                name, _, path = key.partition(":")
+                checkout, _, short = name.partition("@")
+                if short and bundle["commits"][checkout].startswith(short):
+                    got = hashlib.sha256((fixture / checkout / path).read_bytes()).hexdigest()
+                    assert got == digest, f"{fixture.name}/{checkout}/{path} is not the file {env['id']} read ({key})"
+                    checked.setdefault(fixture.name, set()).add(f"{checkout}/{path}")
+    llm = {"mindspeed/requirements.txt", "mindspeed_llm/requirements.txt"}
+    assert checked == {
+        # MindSpeed-LLM's requirements are not installed for RL (as upstream), so its file is no input there
+        "mindspeed-rl-2.0.0": {"mindspeed/requirements.txt", "mindspeed_rl/requirements.txt",
+                               "vllm_ascend/requirements.txt"},
+        "mindspeed-llm-2.0.0": llm, "mindspeed-llm-26.0.0": llm}
     import tarfile
 
     mf = envs(m)["mindformers-1.7.0-mindspore2.7.1-py3.11"]
