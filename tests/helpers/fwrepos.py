@@ -43,12 +43,18 @@ def from_tarball(tarball: Path, work: Path) -> Path:
     return work / top
 
 
-def rl_repos(work: Path) -> dict[str, tuple[Path, str]]:
-    """name -> (repository, commit) for the MindSpeed-RL 2.0.0 checkouts."""
+def bundle_repos(set_id: str, work: Path) -> dict[str, tuple[Path, str]]:
+    """name -> (repository, commit) for the checkouts of a MindSpeed set (mindspeed-rl-2.0.0, mindspeed-llm-26.0.0,
+    ...): one repository per directory of its fixture."""
     out = {}
-    for src in sorted((FIXTURES / "mindspeed-rl-2.0.0").iterdir()):
+    for src in sorted((FIXTURES / set_id).iterdir()):
         out[src.name] = (work / src.name, commit_tree(src, work / src.name, f"{src.name} (test fixture)"))
     return out
+
+
+def rl_repos(work: Path) -> dict[str, tuple[Path, str]]:
+    """name -> (repository, commit) for the MindSpeed-RL 2.0.0 checkouts."""
+    return bundle_repos("mindspeed-rl-2.0.0", work)
 
 
 def mindformers_repo(work: Path) -> tuple[Path, str]:

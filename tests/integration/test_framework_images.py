@@ -8,12 +8,25 @@
   install (no Python 3.10 base image, no torch 2.5.1 CPU wheel reachable); the `checkouts` stage is built for
   real - every checkout from a local repository, verified against its commit in the build, laid out as the
   install guide does.
+* MindSpeed-LLM 26.0.0 and 2.0.0 (the sets with golden Dockerfiles, newest and oldest): MindSpeed, Megatron-LM
+  and MindSpeed-LLM from local repositories of their upstream files at the pinned commits. The `checkouts` stage
+  is built for real; `provision build --source ...` then builds it, each archive checked against its commit, and
+  stops at the first layer that cannot be built here. That is the first RUN of the `deps` stage (`python3.10 -m
+  venv /opt/venv`), because the local base (Debian bookworm) has Python 3.11 only. Every MindSpeed-LLM
+  environment is locked for Python 3.10 (`--python 3.11` is refused at resolve), and no Python 3.10 image can
+  be pulled here. On a Python 3.10 base the next layer (requirements/framework.txt) would fail too: it installs
+  torch==2.7.1+cpu (26.0.0) or torch==2.1.0+cpu (2.0.0) from download.pytorch.org/whl/cpu, which does not resolve
+  here (the local wheels hold torch 2.13.0+cpu and 2.14.1 for Python 3.11 only). Everything after is built
+  FROM deps, so none of it builds here either: the locked requirement layers, `sources` (the MindSpeed wheel),
+  `stack` (the lock check), `project` and the image.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -103,6 +116,32 @@ def test_conversion_command_is_on_path(mindspore_build, run_in_image):
     assert code == 0 and out.strip() == "/usr/local/bin/mindformers-run", out + err
 
 
+# ---------------------------------------------------- MindSpeed sets: checkouts from local repositories
+
+
+def local_set(tmp_path: Path, set_id: str) -> tuple[dict[str, tuple[Path, str]], Path]:
+    """The set's checkouts as local repositories of its fixture files, and an overlay that pins their commits."""
+    repos = fwrepos.bundle_repos(set_id, tmp_path / "repos")
+    overlay = fwrepos.bundle_overlay(tmp_path / "overlay.yaml", set_id,
+                                     {name: commit for name, (_, commit) in repos.items()})
+    return repos, overlay
+
+
+@contextlib.contextmanager
+def checkouts_stage(docker_client, context: Path, tag: str):
+    """The `checkouts` stage of a written build context, built for real; the image is removed afterwards."""
+    image, _ = docker_client.images.build(path=str(context), target="checkouts", rm=True, forcerm=True,
+                                          network_mode="host", tag=tag)
+    try:
+        yield image
+    finally:
+        docker_client.images.remove(tag, force=True)
+
+
+def run_sh(docker_client, image, script: str) -> str:
+    return docker_client.containers.run(image.id, ["sh", "-c", script], remove=True).decode()
+
+
 # ----------------------------------------------------------------- MindSpeed-RL 2.0.0: the checkouts stage
 
 
@@ -111,40 +150,30 @@ def test_rl_checkouts_stage_from_local_repositories(docker_client, base_image, t
     from provisioner.matrix import loader
     from provisioner.resolve import request, solve
 
-    repos = fwrepos.rl_repos(tmp_path / "repos")
-    overlay = fwrepos.bundle_overlay(tmp_path / "overlay.yaml", "mindspeed-rl-2.0.0",
-                                     {name: commit for name, (_, commit) in repos.items()})
+    repos, overlay = local_set(tmp_path, "mindspeed-rl-2.0.0")
     m = loader.load([str(overlay)], use_cache=False)
     stack = solve.resolve(m, request.build(m, profile="mindspeed-rl-2.0.0-grpo", base_image=base_image))
     ctx = render.render(m, stack, recipes.choose(stack, "mindspeed-llm"),
                         sources={name: str(path) for name, (path, _) in repos.items()})
     out = render.write(ctx, tmp_path / "ctx")
-    image, _ = docker_client.images.build(path=str(out), target="checkouts", rm=True, forcerm=True,
-                                          network_mode="host", tag="provision-fwimg-test/rl-checkouts:latest")
-    try:
-        listing = docker_client.containers.run(image.id, ["sh", "-c", (
+    with checkouts_stage(docker_client, out, "provision-fwimg-test/rl-checkouts:latest") as image:
+        listing = run_sh(docker_client, image, (
             "cd /opt/src && ls mindspeed_rl && cat mindspeed_rl/requirements.txt | head -3"
             " && test -f mindspeed_rl/mindspeed/__init__.py && test -f mindspeed_rl/megatron/core/__init__.py"
             " && test -f mindspeed_rl/mindspeed_llm/__init__.py && test -f mindspeed_llm/megatron/core/__init__.py"
-            " && test ! -e mindspeed_rl/.git && echo LAYOUT-OK")], remove=True).decode()
-    finally:
-        docker_client.images.remove("provision-fwimg-test/rl-checkouts:latest", force=True)
+            " && test ! -e mindspeed_rl/.git && echo LAYOUT-OK"))
     assert "LAYOUT-OK" in listing, listing
     assert "codetiming" in listing  # MindSpeed-RL's own requirements file, byte for byte
 
 
 def test_rl_checkout_archive_with_another_commit_fails_the_build(docker_client, base_image, tmp_path):
-    import subprocess
-
     import docker.errors
 
     from provisioner.image import recipes, render
     from provisioner.matrix import loader
     from provisioner.resolve import request, solve
 
-    repos = fwrepos.rl_repos(tmp_path / "repos")
-    overlay = fwrepos.bundle_overlay(tmp_path / "overlay.yaml", "mindspeed-rl-2.0.0",
-                                     {name: commit for name, (_, commit) in repos.items()})
+    repos, overlay = local_set(tmp_path, "mindspeed-rl-2.0.0")
     m = loader.load([str(overlay)], use_cache=False)
     stack = solve.resolve(m, request.build(m, profile="mindspeed-rl-2.0.0-grpo", base_image=base_image))
     ctx = render.render(m, stack, recipes.choose(stack, "mindspeed-llm"),
@@ -158,3 +187,89 @@ def test_rl_checkout_archive_with_another_commit_fails_the_build(docker_client, 
         docker_client.images.build(path=str(out), target="checkouts", rm=True, forcerm=True, network_mode="host")
     log = "".join(str(x.get("stream", "")) + str(x.get("error", "")) for x in err.value.build_log)
     assert f"holds commit {megatron_commit}, the set pins {repos['mindspeed'][1]}" in log, log[-2000:]
+
+
+# --------------------------------------------- MindSpeed-LLM 26.0.0 and 2.0.0: the checkouts, and where the build stops
+
+# set -> the options that select it (those of its golden case, on this machine's architecture)
+LLM_SETS = {
+    "mindspeed-llm-26.0.0": ["--card", "800T-A2", "--recipe", "mindspeed-llm", "--cann", "9.0.0", "--arch", "x86_64"],
+    "mindspeed-llm-2.0.0": ["--card", "800T-A2", "--recipe", "mindspeed-llm", "--cann", "8.1.RC1", "--torch", "2.1.0",
+                            "--arch", "x86_64"],
+}
+
+
+def llm_options(set_id: str, base_image: str, overlay: Path, repos: dict[str, tuple[Path, str]]) -> list[str]:
+    """`provision render|build` options for the set on the local base, every checkout from its local repository."""
+    sources = [arg for name, (path, _) in sorted(repos.items()) for arg in ("--source", f"{name}={path}")]
+    return [*LLM_SETS[set_id], "--base-image", base_image, "--for-host", "none", "--matrix", str(overlay), *sources]
+
+
+@pytest.mark.parametrize("set_id", sorted(LLM_SETS))
+def test_llm_checkouts_stage_from_local_repositories(docker_client, base_image, tmp_path, set_id):
+    from provisioner.matrix import loader
+
+    repos, overlay = local_set(tmp_path, set_id)
+    proc = provision("render", *llm_options(set_id, base_image, overlay, repos), "-o", str(tmp_path / "ctx"))
+    assert proc.returncode == 0, proc.stderr
+    dockerfile = (tmp_path / "ctx" / "Dockerfile").read_text()
+    assert f"# {set_id}: the checkouts at the commits the matrix pins" in dockerfile
+    for name, (_, commit) in repos.items():  # checked in the build too, against the archive's own commit id
+        assert f"sources/{name}.tar holds commit ${{got:-none}}, the set pins {commit}" in dockerfile
+    # The upstream requirement files the set's lock was made from (matrices/frameworks.yaml `inputs`).
+    env = next(e for e in loader.load(use_cache=False).rows("framework_envs") if e["set"] == set_id)
+    inputs = {key.partition("@")[0]: digest for key, digest in env["inputs"].items()}
+    with checkouts_stage(docker_client, tmp_path / "ctx", f"provision-fwimg-test/llm-checkouts:{set_id}") as image:
+        listing = run_sh(docker_client, image, (
+            "cd /opt/src && sha256sum mindspeed/requirements.txt mindspeed_llm/requirements.txt"
+            # the install guide: Megatron-LM's megatron/ copied into the MindSpeed-LLM checkout, MindSpeed beside it
+            # (installed from its setup.py in the `sources` stage)
+            " && cmp megatron/megatron/core/__init__.py mindspeed_llm/megatron/core/__init__.py"
+            " && test -f mindspeed_llm/mindspeed_llm/__init__.py && test -f mindspeed_llm/LICENSE"
+            " && test -f mindspeed/setup.py && test -f mindspeed/mindspeed/__init__.py"
+            " && test -z \"$(find /opt/src -name .git)\" && echo LAYOUT-OK"))
+    assert "LAYOUT-OK" in listing, listing
+    assert f"{inputs['mindspeed']}  mindspeed/requirements.txt" in listing, listing
+    assert f"{inputs['mindspeed_llm']}  mindspeed_llm/requirements.txt" in listing, listing
+
+
+@pytest.mark.parametrize("set_id", sorted(LLM_SETS))
+def test_llm_build_from_local_repositories_stops_at_the_python_environment(docker_client, base_image, tmp_path,
+                                                                           set_id):
+    repos, overlay = local_set(tmp_path, set_id)
+    before = dangling_ids(docker_client)
+    try:
+        proc = provision("build", *llm_options(set_id, base_image, overlay, repos), "--trusted-ca", trusted_ca_file(),
+                         "--network", "host", timeout=1800)
+    finally:
+        # the checkouts stage this build left untagged (it never reaches a tag)
+        remove_images(docker_client, dangling_ids(docker_client) - before)
+    assert proc.returncode == 1, proc.stderr[-4000:]
+    # Every checkouts step ran, each archive verified against its commit in the build (the step fails otherwise) ...
+    for name in repos:
+        assert f'checkouts RUN got="$(git get-tar-commit-id < /opt/build/sources/{name}.tar)"' in proc.stderr
+    assert "checkouts RUN cp -r /opt/src/megatron/megatron /opt/src/mindspeed_llm/" in proc.stderr
+    # ... and the first layer this machine cannot build is the deps stage's venv: the base has no Python 3.10.
+    assert re.search(r"build failed at step \d+/\d+ \(stage deps\): RUN py=\"\$\(command -v python3\.10",
+                     proc.stderr), proc.stderr[-4000:]
+    assert "provision: the base image has no python3.10, which the stack needs" in proc.stderr
+
+
+def test_llm_build_from_a_local_repository_at_another_commit_is_refused(docker_client, base_image, tmp_path):
+    set_id = "mindspeed-llm-26.0.0"
+    repos, overlay = local_set(tmp_path, set_id)
+    path, pinned = repos["mindspeed_llm"]
+    # The checkout moved on after the commit the overlay pins: refused before anything is built.
+    with (path / "requirements.txt").open("a") as f:
+        f.write("peft==0.7.1\n")
+    fwrepos.git(path, "commit", "--quiet", "--no-gpg-sign", "-am", "a local change")
+    head = fwrepos.git(path, "rev-parse", "HEAD")
+    proc = provision("build", *llm_options(set_id, base_image, overlay, repos), "--network", "host")
+    assert proc.returncode == 2 and "building provision/" not in proc.stderr, proc.stderr
+    assert f"the checkout is at commit {head}, but the set pins {pinned} (26.0.0)" in proc.stderr
+    # Without the overlay the set pins the upstream commit, which no fixture repository holds.
+    proc = provision("build", *LLM_SETS[set_id], "--base-image", base_image, "--for-host", "none",
+                     "--source", f"megatron={repos['megatron'][0]}")
+    assert proc.returncode == 2 and "building provision/" not in proc.stderr, proc.stderr
+    assert (f"--source megatron={repos['megatron'][0]}: the checkout is at commit {repos['megatron'][1]}, but the set"
+            " pins a845aa7e12b3a117e24c2352b9e3e60bad2e3a17 (core_v0.12.1)") in proc.stderr
