@@ -8,17 +8,18 @@
   install (no Python 3.10 base image, no torch 2.5.1 CPU wheel reachable); the `checkouts` stage is built for
   real - every checkout from a local repository, verified against its commit in the build, laid out as the
   install guide does.
-* MindSpeed-LLM 26.0.0 and 2.0.0 (the sets with golden Dockerfiles, newest and oldest): MindSpeed, Megatron-LM
+* MindSpeed-LLM, every set of the matrix (2.0.0, 2.1.0, 2.2.0, 2.3.0, 26.0.0, 26.1.0): MindSpeed, Megatron-LM
   and MindSpeed-LLM from local repositories of their upstream files at the pinned commits. The `checkouts` stage
-  is built for real; `provision build --source ...` then builds it, each archive checked against its commit, and
-  stops at the first layer that cannot be built here. That is the first RUN of the `deps` stage (`python3.10 -m
-  venv /opt/venv`), because the local base (Debian bookworm) has Python 3.11 only. Every MindSpeed-LLM
-  environment is locked for Python 3.10 (`--python 3.11` is refused at resolve), and no Python 3.10 image can
-  be pulled here. On a Python 3.10 base the next layer (requirements/framework.txt) would fail too: it installs
-  torch==2.7.1+cpu (26.0.0) or torch==2.1.0+cpu (2.0.0) from download.pytorch.org/whl/cpu, which does not resolve
-  here (the local wheels hold torch 2.13.0+cpu and 2.14.1 for Python 3.11 only). Everything after is built
-  FROM deps, so none of it builds here either: the locked requirement layers, `sources` (the MindSpeed wheel),
-  `stack` (the lock check), `project` and the image.
+  is built for real for each set. For two sets (2.0.0 and 26.0.0; the others stop at the same layer),
+  `provision build --source ...` then builds it, each archive checked against its commit, and stops at the
+  first layer that cannot be built here. That is the first RUN of the `deps` stage (`python3.10 -m venv
+  /opt/venv`), because the local base (Debian bookworm) has Python 3.11 only. Every MindSpeed-LLM environment is
+  locked for Python 3.10 (`--python 3.11` is refused at resolve), and no Python 3.10 image can be pulled here. On
+  a Python 3.10 base the next layer (requirements/framework.txt) would fail too: it installs torch==2.7.1+cpu
+  (26.0.0) or torch==2.1.0+cpu (2.0.0) from download.pytorch.org/whl/cpu, which does not resolve here (the local
+  wheels hold torch 2.13.0+cpu and 2.14.1 for Python 3.11 only). Everything after is built FROM deps, so none of
+  it builds here either: the locked requirement layers, `sources` (the MindSpeed wheel), `stack` (the lock
+  check), `project` and the image.
 """
 
 from __future__ import annotations
@@ -189,20 +190,38 @@ def test_rl_checkout_archive_with_another_commit_fails_the_build(docker_client, 
     assert f"holds commit {megatron_commit}, the set pins {repos['mindspeed'][1]}" in log, log[-2000:]
 
 
-# --------------------------------------------- MindSpeed-LLM 26.0.0 and 2.0.0: the checkouts, and where the build stops
+# ------------------------------------- MindSpeed-LLM sets: the checkouts of every set, and where the build stops
 
-# set -> the options that select it (those of its golden case, on this machine's architecture)
+# set -> the options that select it on this machine's architecture (those of its golden case). The CANN releases of
+# 2.1.0, 2.2.0 and 26.1.0 have official images with Python 3.11/3.12 only: like their goldens, they name --python 3.10
+# (the local base stands in for a Python 3.10 image of that CANN).
 LLM_SETS = {
-    "mindspeed-llm-26.0.0": ["--card", "800T-A2", "--recipe", "mindspeed-llm", "--cann", "9.0.0", "--arch", "x86_64"],
     "mindspeed-llm-2.0.0": ["--card", "800T-A2", "--recipe", "mindspeed-llm", "--cann", "8.1.RC1", "--torch", "2.1.0",
                             "--arch", "x86_64"],
+    "mindspeed-llm-2.1.0": ["--card", "800T-A2", "--recipe", "mindspeed-llm", "--cann", "8.2.RC1", "--python", "3.10",
+                            "--arch", "x86_64"],
+    "mindspeed-llm-2.2.0": ["--card", "800T-A2", "--recipe", "mindspeed-llm", "--cann", "8.3.RC1", "--python", "3.10",
+                            "--arch", "x86_64"],
+    "mindspeed-llm-2.3.0": ["--card", "800T-A2", "--recipe", "mindspeed-llm", "--cann", "8.5.0", "--arch", "x86_64"],
+    "mindspeed-llm-26.0.0": ["--card", "800T-A2", "--recipe", "mindspeed-llm", "--cann", "9.0.0", "--arch", "x86_64"],
+    "mindspeed-llm-26.1.0": ["--card", "800T-A2", "--recipe", "mindspeed-llm", "--cann", "9.1.0", "--python", "3.10",
+                             "--arch", "x86_64"],
 }
+# The whole build (which stops at the same layer for every set) only for the newest and the oldest set.
+LLM_BUILD_SETS = ["mindspeed-llm-2.0.0", "mindspeed-llm-26.0.0"]
 
 
 def llm_options(set_id: str, base_image: str, overlay: Path, repos: dict[str, tuple[Path, str]]) -> list[str]:
     """`provision render|build` options for the set on the local base, every checkout from its local repository."""
     sources = [arg for name, (path, _) in sorted(repos.items()) for arg in ("--source", f"{name}={path}")]
     return [*LLM_SETS[set_id], "--base-image", base_image, "--for-host", "none", "--matrix", str(overlay), *sources]
+
+
+def test_every_mindspeed_llm_set_of_the_matrix_is_built():
+    from provisioner.matrix import loader
+
+    sets = {b["id"] for b in loader.load(use_cache=False).rows("llm_bundles") if b["kind"] == "mindspeed-llm"}
+    assert set(LLM_SETS) == sets
 
 
 @pytest.mark.parametrize("set_id", sorted(LLM_SETS))
@@ -233,7 +252,7 @@ def test_llm_checkouts_stage_from_local_repositories(docker_client, base_image, 
     assert f"{inputs['mindspeed_llm']}  mindspeed_llm/requirements.txt" in listing, listing
 
 
-@pytest.mark.parametrize("set_id", sorted(LLM_SETS))
+@pytest.mark.parametrize("set_id", LLM_BUILD_SETS)
 def test_llm_build_from_local_repositories_stops_at_the_python_environment(docker_client, base_image, tmp_path,
                                                                            set_id):
     repos, overlay = local_set(tmp_path, set_id)
