@@ -31,6 +31,7 @@ from provisioner.image.labels import (
     STACK_LABEL,
 )
 from provisioner.image.templates import raw, render_template
+from provisioner.resolve.stack import apex_left_out
 from provisioner.resolve.stack import summary as stack_summary
 
 TYPE_CHECKING = False
@@ -177,6 +178,7 @@ def render(matrix, stack: Mapping[str, Any], recipe, user: User | None = None, p
         runtime=fw["runtime"] if fw else None, commands=recipe.commands if fw else {},
         accept=[f"{c['package']}:{c['requires']}" for c in fw["plan"].accepted] if fw else [],
         deepspeed_ops=ds_ops,
+        apex_left_out=apex_left_out(matrix, fw["plan"].set_id, bool(stack.get("apex"))) if fw else None,
     )
     dockerfile = render_template(recipe.template, **values)
     ctx = Context(files={}, modes={}, tag=tag, manifest={}, dockerfile=dockerfile)

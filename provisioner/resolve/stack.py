@@ -190,6 +190,8 @@ def make_stack(ctx: Context, cand: Candidate, via_alias: str | None) -> Stack:
                                         f" {bundle['megatron_ref']}, MindSpeed-LLM {bundle['mindspeed_llm_ref']}"
                                         f" (released for torch {', '.join(bundle['torch'])}, Python {bundle['python']})")
             sources["mindspeed_llm"] = _refs(m, bundle.get("source"))
+            if (why := apex_left_out(m, bundle["id"], "apex" in req.extras)) is not None:
+                warnings.append(why)
     else:
         ms = cand["mindspore_row"]
         mindspore = {"version": ms["version"], "requirement": f"mindspore=={ms['version']}", "on_pypi": ms["on_pypi"]}
@@ -301,6 +303,19 @@ def make_stack(ctx: Context, cand: Candidate, via_alias: str | None) -> Stack:
     stack["warnings"] = warnings + notes
     stack["sources"] = sources
     return stack
+
+
+def apex_left_out(m, set_id: str, with_apex: bool) -> str | None:
+    """Why a framework image lacks the Ascend Apex its set's install guide installs (llm_bundles `apex: true`),
+    when the stack was resolved without --with apex; None when there is nothing to say. One sentence, shown by
+    `provision resolve` (a warning) and written into the Dockerfile."""
+    bundle = next((b for b in m.rows("llm_bundles") if b["id"] == set_id), None)
+    if with_apex or not (bundle or {}).get("apex"):
+        return None
+    row = m.rows("apex")[0]
+    return (f"{set_id}: its install guide also installs Ascend Apex, which this stack leaves out (MindSpeed patches"
+            " in NPU versions of the Apex functions Megatron-LM imports, creating them when Apex is absent); add"
+            f" --with apex to build it from {row['repo']} ({row['ref']}), which the build must reach")
 
 
 def summary(stack: Mapping[str, Any]) -> str:

@@ -276,3 +276,34 @@ def test_framework_label_names_are_plain_names():
                                 "org.provision.framework.env": "../x"})
     assert fw["set"] is None and fw["kind"] == "mindspeed-llm" and fw["env"] is None and len(fw["notes"]) == 2
     assert framework_from_labels({"org.provision.framework.kind": "x"}) is None
+
+
+@pytest.mark.parametrize("args, set_id", [
+    ({"cann": "8.1.RC1", "torch": "2.1.0"}, "mindspeed-llm-2.0.0"),
+    ({"cann": "8.2.RC1", "python": "3.10", "base_image": "registry.example.com/cann-py3.10:8.2.rc1"},
+     "mindspeed-llm-2.1.0"),
+])
+def test_apex_the_install_guide_installs_is_never_dropped_silently(m, args, set_id):
+    """MindSpeed-LLM 2.0.0 and 2.1.0 install Ascend Apex (their docs' install guide; llm_bundles `apex: true`).
+    Without --with apex the image has none: resolve warns and the Dockerfile says so, with the way to add it."""
+    req = {"card": "800T-A2", "arch": "aarch64", **args}
+    stack = solve.resolve(m, request.build(m, extras=["mindspeed-llm"], **req))
+    assert stack["extras"]["mindspeed_llm"]["set"] == set_id and stack["apex"] is None
+    [warning] = [w for w in stack["warnings"] if "Ascend Apex" in w]
+    assert warning.startswith(f"{set_id}: its install guide also installs Ascend Apex, which this stack leaves out")
+    assert "add --with apex to build it from https://gitee.com/ascend/apex" in warning
+    df = render.render(m, stack, recipes.choose(stack, "mindspeed-llm")).dockerfile
+    assert f"# {warning}.\n" in df and "AS apex" not in df
+    # With --with apex: the apex stage, and nothing to say.
+    stack = solve.resolve(m, request.build(m, extras=["mindspeed-llm", "apex"], **req))
+    assert stack["extras"]["mindspeed_llm"]["set"] == set_id and stack["apex"]
+    assert not [w for w in stack["warnings"] if "Ascend Apex" in w]
+    df = render.render(m, stack, recipes.choose(stack, "mindspeed-llm")).dockerfile
+    assert "FROM deps AS apex" in df and "its install guide also installs Ascend Apex" not in df
+
+
+def test_sets_whose_guide_has_no_apex_say_nothing_of_it(m):
+    stack = solve.resolve(m, request.build(m, card="800T-A2", cann="9.0.0", extras=["mindspeed-llm"], arch="aarch64"))
+    assert stack["extras"]["mindspeed_llm"]["set"] == "mindspeed-llm-26.0.0"
+    assert not [w for w in stack["warnings"] if "Apex" in w]
+    assert "Ascend Apex" not in render.render(m, stack, recipes.choose(stack, "mindspeed-llm")).dockerfile
