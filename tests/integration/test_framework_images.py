@@ -272,6 +272,8 @@ def test_llm_build_from_local_repositories_stops_at_the_python_environment(docke
     assert re.search(r"build failed at step \d+/\d+ \(stage deps\): RUN py=\"\$\(command -v python3\.10",
                      proc.stderr), proc.stderr[-4000:]
     assert "provision: the base image has no python3.10, which the stack needs" in proc.stderr
+    # --python cannot help a framework set (locked for Python 3.10 only): a Python 3.10 image of that CANN can
+    assert f"({set_id} is locked for Python 3.10 only: pass --base-image with a CANN " in proc.stderr
 
 
 def test_llm_build_from_a_local_repository_at_another_commit_is_refused(docker_client, base_image, tmp_path):

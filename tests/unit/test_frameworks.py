@@ -307,3 +307,17 @@ def test_sets_whose_guide_has_no_apex_say_nothing_of_it(m):
     assert stack["extras"]["mindspeed_llm"]["set"] == "mindspeed-llm-26.0.0"
     assert not [w for w in stack["warnings"] if "Apex" in w]
     assert "Ascend Apex" not in render.render(m, stack, recipes.choose(stack, "mindspeed-llm")).dockerfile
+
+
+def test_deps_hint_for_a_framework_set_names_its_python_and_base_image(m, rl):
+    """The deps stage's message when the base lacks the stack's Python: for a framework set --python cannot
+    help (its environment is locked for one Python), a base image of that CANN with that Python does."""
+    stack = solve.resolve(m, request.build(m, card="800T-A2", cann="8.3.RC1", python="3.10", extras=["mindspeed-llm"],
+                                           base_image="registry.example.com/cann-py3.10:8.3.rc1", arch="x86_64"))
+    df = render.render(m, stack, recipes.choose(stack, "mindspeed-llm")).dockerfile
+    assert ("the base image has no python3.10, which the stack needs (mindspeed-llm-2.2.0 is locked for Python 3.10"
+            " only: pass --base-image with a CANN 8.3.RC1 image that has Python 3.10)") in df
+    assert "pass --python" not in df and "pass --python" not in rl.dockerfile
+    assert "(mindspeed-rl-2.0.0 is locked for Python 3.10 only: pass --base-image with a CANN 8.1.RC1" in rl.dockerfile
+    plain = solve.resolve(m, request.build(m, card="300T-A2", arch="x86_64"))
+    assert "(pass --python to match it)" in render.render(m, plain, recipes.choose(plain, None)).dockerfile
