@@ -141,6 +141,20 @@ def _describe(ctx: Context, con: Constraint, cands: list[Candidate], dim: str) -
     return f"{con.flag} works with {label} {span(vals)}"
 
 
+def _images_lack_python(ctx: Context, other: Constraint, canns: list[str], have: list[str], need: str, fit_flag: str,
+                        fits: list[str], choose: str = "CANN") -> str:
+    """The listed base images of `other`'s stacks (e.g. the official images of one CANN) offer Python `have`, not
+    `need`: that, and the ways forward - a base image of that CANN with `need`, or another CANN (or `choose`),
+    naming each CANN whose listed images fit `fit_flag` (a list, not a range: a range hides the gaps)."""
+    chip = ctx.chip or ctx.family["id"]
+    where = (f"the listed CANN {canns[0]} images for chip {chip}" if other.name == "cann" and len(canns) == 1
+             else f"the listed base images for chip {chip} with {other.flag}")
+    also = "" if ctx.req.python == need else f" (and --python {need})"
+    return (f"{where} offer Python {', '.join(have)} only; pass --base-image with a CANN {' or '.join(canns)} image"
+            f" that has Python {need}{also}, or choose another {choose} (the listed images fit {fit_flag} with CANN"
+            f" {', '.join(fits)})")
+
+
 def _python_between(ctx: Context, other: Constraint, cands: list[Candidate], ms_cands: list[Candidate]) -> str | None:
     """Why `other` and --with mindspeed-llm cannot go together when only the base images' Python stands between
     them: a set fits `other`'s stacks but for their Python (e.g. the official images of a CANN ship one Python the
@@ -155,15 +169,25 @@ def _python_between(ctx: Context, other: Constraint, cands: list[Candidate], ms_
     need = locked or sort_versions({str(b["python"]).split("-")[-1] for b in sets.values()})
     have = sort_versions({c["python"] for c, _ in blocked})
     canns = sort_versions({c["cann"] for c, _ in blocked})
-    chip = ctx.chip or ctx.family["id"]
-    where = (f"the listed CANN {canns[0]} images for chip {chip}" if other.name == "cann" and len(canns) == 1
-             else f"the listed base images for chip {chip} with {other.flag}")
     names = ", ".join(sorted(sets, key=lambda s: parse(sets[s].get("release") or "0").key))
     fits = sort_versions({c["cann"] for c in ms_cands})
-    return (f"{names} {'needs' if len(sets) == 1 else 'need'} Python {' or '.join(need)}, and {where} offer"
-            f" Python {', '.join(have)} only; pass --base-image with a CANN {' or '.join(canns)} image that has"
-            f" Python {need[-1]} (and --python {need[-1]}), or choose another CANN or set (the listed images fit"
-            f" --with mindspeed-llm with CANN {', '.join(fits)})")
+    return (f"{names} {'needs' if len(sets) == 1 else 'need'} Python {' or '.join(need)}, and "
+            + _images_lack_python(ctx, other, canns, have, need[-1], "--with mindspeed-llm", fits, "CANN or set"))
+
+
+def _cann_without_python(ctx: Context, cann: Constraint, py_cands: list[Candidate]) -> str | None:
+    """--cann C with --python P when C's listed images for the chip have no Python P: the images' Python is the
+    conflict, not a CANN range (P's CANN span may well contain C). None when they have P (the wheels are in the way)
+    or the base image is the user's."""
+    row = ctx.m.cann(ctx.req.cann)
+    want = ctx.req.python
+    if row is None or not want or ctx.req.base_image:
+        return None
+    have = sort_versions({i["python"] for i in ctx.images(row)})
+    if not have or want in have:
+        return None
+    return _images_lack_python(ctx, cann, [row["version"]], have, want, f"--python {want}",
+                               _values(py_cands, "cann"))
 
 
 def explain_failure(ctx: Context, cons: list[Constraint], masks: dict[str, list[bool]]) -> list[str]:
@@ -190,6 +214,11 @@ def explain_failure(ctx: Context, cons: list[Constraint], masks: dict[str, list[
             other, cands, ms_cands = (b, only_b, only_a) if a.name == "mindspeed-llm" else (a, only_a, only_b)
             if (why := _python_between(ctx, other, cands, ms_cands)) is not None:
                 reasons.append(f"{a.flag} conflicts with {b.flag} on Python: {why}")
+                continue
+        if {a.name, b.name} == {"cann", "python"}:
+            cann, py_cands = (a, only_b) if a.name == "cann" else (b, only_a)
+            if (why := _cann_without_python(ctx, cann, py_cands)) is not None:
+                reasons.append(f"{a.flag} conflicts with {b.flag}: {why}")
                 continue
         parts = [p for p in (_describe(ctx, a, only_a, b.dim), _describe(ctx, b, only_b, a.dim)) if p]
         reasons.append(f"{a.flag} conflicts with {b.flag}: {'; '.join(parts)}")

@@ -287,3 +287,22 @@ def test_mindspeed_on_a_cann_without_its_python_names_the_python(m, cann, sets):
     s = stack(m, card="300T-A2", cann=cann, extras=["mindspeed-llm"], python="3.10",
               base_image="registry.example.com/cann-py3.10:latest")
     assert s["extras"]["mindspeed_llm"]["set"] == sets and s["python"] == "3.10"
+
+
+@pytest.mark.parametrize("extras", [[], ["mindspeed-llm"]])
+def test_cann_whose_images_lack_the_requested_python_says_so(m, extras):
+    """--cann 8.3.RC1 --python 3.10: the official CANN 8.3.RC1 images have Python 3.11 only. The refusal says that
+    and the way forward (--base-image), and lists the CANNs that fit --python 3.10 - its old CANN range
+    (8.0.RC2-9.0.1) contained 8.3.RC1 and hid the gap."""
+    err = refused(m, card="300T-A2", cann="8.3.RC1", python="3.10", extras=extras)
+    first = err.reasons[0]
+    assert first.startswith("--cann 8.3.RC1 conflicts with --python 3.10: the listed CANN 8.3.RC1 images for chip"
+                            " 910b offer Python 3.11 only; pass --base-image with a CANN 8.3.RC1 image that has"
+                            " Python 3.10, or choose another CANN (the listed images fit --python 3.10 with CANN ")
+    fits = first.rsplit(" with CANN ", 1)[1].rstrip(")").split(", ")
+    assert "8.1.RC1" in fits and "8.5.0" in fits and "8.3.RC1" not in fits and "8.2.RC1" not in fits
+    assert "–" not in first and "(and --python" not in first  # a list, not a range; --python 3.10 is given
+    # the way forward works
+    s = stack(m, card="300T-A2", cann="8.3.RC1", python="3.10", extras=extras,
+              base_image="registry.example.com/cann-py3.10:8.3.rc1")
+    assert s["cann"]["version"] == "8.3.RC1" and s["python"] == "3.10"
