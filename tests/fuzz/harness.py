@@ -50,7 +50,10 @@ def walk(group: click.Group | None = None, path: tuple[str, ...] = ()) -> list[t
 
     group = group or cli
     out: list[tuple[tuple[str, ...], click.Command]] = []
-    for name, cmd in sorted(group.commands.items()):
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):  # the top group registers a command when asked for it
+        cmd = group.get_command(ctx, name)
+        assert cmd is not None, name
         if isinstance(cmd, click.Group):
             out.append(((*path, name), cmd))
             out.extend(walk(cmd, (*path, name)))

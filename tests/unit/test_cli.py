@@ -82,6 +82,39 @@ def test_cli_start_imports_nothing_heavy(args, tmp_path):
     assert "yaml" not in heavy  # the warm matrix comes from the JSON cache
 
 
+def test_lazy_command_table_is_what_the_modules_register():
+    """app.COMMANDS names every command each module registers, and nothing else: `provision --help` lists them
+    all without importing one."""
+    import importlib
+
+    import click
+
+    from provisioner.cli import app
+
+    made: dict[str, str] = {}
+    for module in sorted(set(app.COMMANDS.values())):
+        group = click.Group()
+        importlib.import_module(f"provisioner.cli.{module}").register(group)
+        made.update({name: module for name in group.commands})
+    assert made == app.COMMANDS
+    ctx = click.Context(app.cli)
+    assert app.cli.list_commands(ctx) == sorted(made)
+    assert app.cli.get_command(ctx, "no-such-command") is None
+
+
+def test_a_command_imports_only_its_own_module(tmp_path):
+    """`provision launch` (its --help here) imports launch_cmds and what it uses, not the other command modules."""
+    probe = ("import sys\nfrom provisioner.cli import main\nmain(['launch', '--help'])\n"
+             "print(sorted(m for m in sys.modules if m.startswith('provisioner.cli.') and m.endswith('_cmds')),"
+             " file=sys.stderr)\n")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          env={"PROVISION_CACHE": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    loaded = proc.stderr.strip().splitlines()[-1]
+    # launch's options come from device_cmds (the host and launch option decorators)
+    assert loaded == "['provisioner.cli.device_cmds', 'provisioner.cli.launch_cmds']", loaded
+
+
 FAST_CASES = [
     ["resolve", "--card", "300T-A2"],
     ["resolve", "--card", "300T-A2", "--json", "--arch", "aarch64"],
