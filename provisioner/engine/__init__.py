@@ -4,7 +4,9 @@
     types.py   typed results: ImageInfo, ContainerInfo, EngineInfo, BuildEvent (read from the engine's JSON)
     errors.py  EngineError, EngineUnavailable, ImageNotFound, PullFailed, RegistryUnreachable, ContainerNotFound,
                BuildFailed; `short`
-    docker.py  the Docker engine over docker-py (the only importer of the SDK, lazily)
+    wire.py    the Docker engine at a unix:// address: the Engine API over the socket itself (http.client), and
+               docker.py's engine for build, pull and image listing (what `connect` gives for unix://)
+    docker.py  the Docker engine over docker-py (the only importer of the SDK, lazily): any other DOCKER_HOST
     fake.py    an in-memory engine with real-shaped payloads, for unit tests, the demo and benchmarks
 
 `connect` gives the engine at DOCKER_HOST (or the default socket); functions that talk to an engine take
@@ -39,14 +41,23 @@ def connect(timeout: float = DEFAULT_TIMEOUT, ping: bool = True) -> Engine:
         if "error" in result:
             raise result["error"]
         return result["engine"]
+    return _connect(timeout, ping)
+
+
+def _connect(timeout: float, ping: bool = True) -> Engine:
     from provisioner.engine import docker
 
+    where = docker.where()
+    if where.startswith("unix://"):
+        from provisioner.engine import wire
+
+        return wire.connect(where, timeout)
     return docker.connect(timeout, ping)
 
 
 def connect_early(timeout: float = DEFAULT_TIMEOUT) -> None:
-    """Start connecting in the background: importing docker-py (the largest import of a command that talks to
-    the engine) and the first round trip then overlap the command's own start-up (click, the matrix, planning).
+    """Start connecting in the background: the engine's imports and the first round trip (the API version) then
+    overlap the command's own start-up (click, the matrix, planning).
     The next connect() with the same timeout takes the connection; nothing else changes."""
     import os
     import threading
@@ -55,9 +66,7 @@ def connect_early(timeout: float = DEFAULT_TIMEOUT) -> None:
 
     def work() -> None:
         try:
-            from provisioner.engine import docker
-
-            result["engine"] = docker.connect(timeout, True)
+            result["engine"] = _connect(timeout)
         except BaseException as exc:  # noqa: BLE001 - handed to connect(), which raises it in the caller
             result["error"] = exc
 

@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterator
 from typing import IO
 
-from provisioner.engine.base import Container, Engine
+from provisioner.engine.base import Container, Engine, inspect_all
 from provisioner.engine.errors import (
     ContainerNotFound,
     EngineError,
@@ -211,43 +211,18 @@ class DockerEngine(Engine):
                                                           filters=filters)]
         return [info for info in self._inspect_all(ids) if info is not None]
 
-    def _inspect_all(self, ids: list[str], width: int = 8) -> list[ContainerInfo | None]:
-        """Inspect `ids` side by side (`width` at a time): on a busy host, one round trip instead of one each.
-        None for a container that went away between the list and its inspect (the engine's NotFound); any other
-        failure (the engine went away, refused, a payload that does not read) is raised, translated, after the
-        batch: an engine that fails must not read as "no containers"."""
-        import threading
-
+    def _inspect_all(self, ids: list[str]) -> list[ContainerInfo | None]:
         from docker.errors import NotFound
 
-        found: list[ContainerInfo | None] = [None] * len(ids)
-        failed: list[tuple[int, BaseException]] = []
-
-        def inspect(i: int) -> None:
+        def inspect(cid: str) -> ContainerInfo:
             try:
-                payload = self.api.inspect_container(ids[i])
+                return ContainerInfo.from_inspect(self.api.inspect_container(cid))
             except NotFound:  # it went away between list and inspect
-                return
-            except Exception as exc:  # noqa: BLE001 - kept, raised after the batch
-                failed.append((i, exc))
-                return
-            try:
-                found[i] = ContainerInfo.from_inspect(payload)
-            except Exception as exc:  # noqa: BLE001 - kept, raised after the batch
-                failed.append((i, exc))
+                raise ContainerNotFound(cid) from None
+            except Exception as exc:  # noqa: BLE001 - translated by class
+                raise _translate(exc, f"inspect container {cid[:12]}") from None
 
-        for start in range(0, len(ids), width):
-            batch = [threading.Thread(target=inspect, args=(i,), daemon=True)
-                     for i in range(start + 1, min(start + width, len(ids)))]
-            for t in batch:
-                t.start()
-            inspect(start)
-            for t in batch:
-                t.join()
-            if failed:
-                i, exc = min(failed, key=lambda f: f[0])
-                raise _translate(exc, f"inspect container {ids[i][:12]}") from None
-        return found
+        return inspect_all(ids, inspect)
 
     def create(self, kwargs: dict) -> Container:
         name = kwargs.get("name") or kwargs.get("image")
