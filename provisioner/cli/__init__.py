@@ -53,7 +53,7 @@ def _main(args: list[str]) -> int:
     if args[:1] == ["launch"] and not {"-h", "--help"} & set(args[: args.index("--") if "--" in args else None]):
         from provisioner import engine
 
-        engine.connect_early()  # docker-py's import and the first round trip overlap click and the planning
+        engine.connect_early()  # the engine's first round trip overlaps click and the planning
     if args[:1] == ["resolve"]:
         from provisioner.cli.fast import try_resolve
 
