@@ -56,8 +56,9 @@ def _connect(timeout: float, ping: bool = True) -> Engine:
 
 
 def connect_early(timeout: float = DEFAULT_TIMEOUT) -> None:
-    """Start connecting in the background: the engine's imports and the first round trip (the API version) then
-    overlap the command's own start-up (click, the matrix, planning).
+    """Start connecting in the background: the engine's imports and first round trips (the API version; on the
+    socket engine also its info, which it keeps) then overlap the command's own start-up (click, the matrix,
+    planning).
     The next connect() with the same timeout takes the connection; nothing else changes."""
     import os
     import threading
@@ -69,6 +70,14 @@ def connect_early(timeout: float = DEFAULT_TIMEOUT) -> None:
             result["engine"] = _connect(timeout)
         except BaseException as exc:  # noqa: BLE001 - handed to connect(), which raises it in the caller
             result["error"] = exc
+            return
+        from provisioner.engine import wire
+
+        if isinstance(result["engine"], wire.WireEngine):
+            try:  # the engine's info (runtimes, for the device plan) is asked next: ask it here, it is kept
+                result["engine"].info()
+            except Exception:  # noqa: BLE001 - asked again when needed, and its error told then
+                pass
 
     thread = threading.Thread(target=work, name="engine-connect", daemon=True)
     _early.clear()

@@ -3,9 +3,10 @@
 Importing docker-py (requests, urllib3) costs ~0.1 s of CPU before its first request, on the path from
 `provision launch` to the container's start. Everything a launch, doctor or the device planner asks (version,
 info, image and container inspect, the container list, create, start, logs, wait, stop, kill, remove) is a
-plain HTTP/1.1 request with a JSON body here, http.client over an AF_UNIX socket, one connection per request
-(the log, wait and main threads never share one). Build, pull, image listing and tag go to docker.py's engine,
-made on first use. Another DOCKER_HOST (tcp://, ssh://) gets docker.py's engine for everything.
+plain HTTP/1.1 request with a JSON body here, over an AF_UNIX socket, one connection per request (the log,
+wait and main threads never share one). The HTTP is written here too (a request line, headers, and a body read
+sized, chunked or to the close): http.client would bring email and ssl, ~0.02 s more on the same path.
+Build, pull, image listing and tag go to docker.py's engine, made on first use. Another DOCKER_HOST (tcp://, ssh://) gets docker.py's engine for everything.
 
 `create_body` is docker-py's `containers.create` translation for the keywords this project passes (a unit test
 compares the two); any other keyword is refused, as docker-py refuses one it does not know. Failures are the
@@ -15,7 +16,6 @@ ContainerNotFound, any other refusal EngineError, a socket that is absent, refus
 
 from __future__ import annotations
 
-import http.client
 import json
 import re
 import shlex
@@ -41,20 +41,117 @@ def socket_path(where: str) -> str | None:
     return where[len(UNIX):] or None if where.startswith(UNIX) else None
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float | None):
-        super().__init__("localhost", timeout=timeout)
-        self._path = path
+class BadAnswer(Exception):
+    """The engine's answer is not the HTTP/1.1 this module reads."""
 
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(self._path)
-        except BaseException:
-            sock.close()
-            raise
-        self.sock = sock
+
+def _open(path: str, timeout: float | None) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(path)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+class Response:
+    """One HTTP/1.1 answer on its own connection: the status, the headers (names lower-cased), and the body
+    through read(), whether it comes sized (Content-Length), chunked, or up to the connection's close."""
+
+    def __init__(self, sock: socket.socket):
+        self._sock = sock
+        self._file = sock.makefile("rb")
+        words = self._line().split(None, 2)
+        if len(words) < 2 or not words[0].startswith(b"HTTP/1.") or not words[1].isdigit():
+            raise BadAnswer(f"not an HTTP status line: {short(b' '.join(words).decode('latin-1'))}")
+        self.status = int(words[1])
+        self.headers: dict[str, str] = {}
+        while (line := self._line()) not in (b"\r\n", b"\n"):
+            name, colon, value = line.partition(b":")
+            if not colon:
+                raise BadAnswer(f"not an HTTP header line: {short(line.decode('latin-1'))}")
+            self.headers[name.strip().lower().decode("latin-1")] = value.strip().decode("latin-1")
+        self._chunked = "chunked" in self.headers.get("transfer-encoding", "").lower()
+        self._chunk = 0  # bytes left in the current chunk
+        length = self.headers.get("content-length")
+        if self._chunked:
+            self._left: int | None = None
+        elif self.status in (204, 304) or 100 <= self.status < 200:
+            self._left = 0
+        elif length is not None:
+            if not length.isdigit():
+                raise BadAnswer(f"Content-Length {short(length)!r} is not a number")
+            self._left = int(length)
+        else:
+            self._left = None  # the body runs to the close
+        self._done = self._left == 0
+
+    def _line(self) -> bytes:
+        line = self._file.readline(65537)
+        if len(line) > 65536:
+            raise BadAnswer("a line of the answer is longer than 64 KiB")
+        if not line.endswith(b"\n"):
+            raise ConnectionResetError("the engine closed the connection before its answer ended")
+        return line
+
+    def _exact(self, n: int) -> bytes:
+        data = self._file.read(n)
+        if len(data) < n:
+            raise ConnectionResetError("the engine closed the connection before its answer ended")
+        return data
+
+    def read(self, n: int = -1) -> bytes:
+        """n bytes of the body (fewer only at its end); the whole rest for n < 0."""
+        out = bytearray()
+        while not self._done and (n < 0 or len(out) < n):
+            want = n - len(out) if n >= 0 else 1 << 20
+            if self._chunked:
+                if self._chunk == 0:
+                    size = self._line().split(b";", 1)[0].strip()
+                    try:
+                        self._chunk = int(size, 16)
+                    except ValueError:
+                        raise BadAnswer(f"not a chunk size: {short(size.decode('latin-1'))}") from None
+                    if self._chunk == 0:
+                        while self._line() not in (b"\r\n", b"\n"):  # trailers
+                            pass
+                        self._done = True
+                        break
+                take = min(want, self._chunk)
+                out += self._exact(take)
+                self._chunk -= take
+                if self._chunk == 0:
+                    self._exact(2)  # the CRLF after the chunk's data
+            elif self._left is not None:
+                take = min(want, self._left)
+                out += self._exact(take)
+                self._left -= take
+                self._done = self._left == 0
+            else:
+                data = self._file.read(want) if n >= 0 else self._file.read()
+                out += data
+                self._done = not data or n < 0
+        return bytes(out)
+
+    def close(self) -> None:
+        self._file.close()
+        self._sock.close()
+
+
+def request(path: str, timeout: float | None, method: str, target: str, body: bytes | None = None) -> Response:
+    """Send one request on a new connection to the socket at `path`; the answer's status and headers are read."""
+    head = [f"{method} {target} HTTP/1.1", "Host: localhost", "User-Agent: provision", "Connection: close"]
+    if body is not None:
+        head += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
+    sock = _open(path, timeout)
+    try:
+        sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + (body or b""))
+        return Response(sock)
+    except BaseException:
+        sock.close()
+        raise
 
 
 class Api:
@@ -65,35 +162,32 @@ class Api:
         self.prefix = ""  # /v<api version> once negotiated
 
     def call(self, method: str, url: str, what: str, *, query: dict | None = None, body: dict | None = None,
-             timeout: float | None | object = _DEFAULT) -> tuple[http.client.HTTPResponse, _UnixConnection]:
-        """The open response (status < 400) and its connection; the caller reads and closes both."""
-        conn = _UnixConnection(self.path, self.timeout if timeout is _DEFAULT else timeout)  # type: ignore[arg-type]
+             timeout: float | None | object = _DEFAULT) -> Response:
+        """The open response (status < 400); the caller reads and closes it."""
         target = self.prefix + url + (f"?{urlencode(query)}" if query else "")
-        headers = {"User-Agent": "provision"}
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode()
-            headers["Content-Type"] = "application/json"
+        data = None if body is None else json.dumps(body).encode()
+        resp = None
         try:
-            conn.request(method, target, body=data, headers=headers)
-            resp = conn.getresponse()
+            resp = request(self.path, self.timeout if timeout is _DEFAULT else timeout, method, target,  # type: ignore[arg-type]
+                           data)
             if resp.status >= 400:
                 raw = resp.read()
-                conn.close()
+                resp.close()
                 raise _refusal(resp.status, raw, what)
-        except (OSError, http.client.HTTPException) as exc:
-            conn.close()
+        except (OSError, BadAnswer) as exc:
+            if resp is not None:
+                resp.close()
             raise self._broken(exc, what) from None
-        return resp, conn
+        return resp
 
     def json(self, method: str, url: str, what: str, **kw) -> dict | list | None:
-        resp, conn = self.call(method, url, what, **kw)
+        resp = self.call(method, url, what, **kw)
         try:
             raw = resp.read()
-        except (OSError, http.client.HTTPException) as exc:
+        except (OSError, BadAnswer) as exc:
             raise self._broken(exc, what) from None
         finally:
-            conn.close()
+            resp.close()
         try:
             return json.loads(raw) if raw.strip() else None
         except ValueError:
@@ -101,7 +195,7 @@ class Api:
 
     def frames(self, url: str, what: str, query: dict, timeout: float | None) -> Iterator[bytes]:
         """A multiplexed log stream (non-TTY container) as its payloads: stdout and stderr as they come."""
-        resp, conn = self.call("GET", url, what, query=query, timeout=timeout)
+        resp = self.call("GET", url, what, query=query, timeout=timeout)
         try:
             while True:
                 head = resp.read(8)
@@ -111,16 +205,18 @@ class Api:
                 data = resp.read(size) if size else b""
                 if data:
                     yield data
-        except (OSError, http.client.HTTPException) as exc:
+        except (OSError, BadAnswer) as exc:
             raise self._broken(exc, what) from None
         finally:
-            conn.close()
+            resp.close()
 
     def _broken(self, exc: BaseException, what: str) -> EngineError:
         if isinstance(exc, EngineError):
             return exc
         if isinstance(exc, TimeoutError):
             return EngineError(f"{what}: the engine did not answer in time")
+        if isinstance(exc, BadAnswer):
+            return EngineError(f"{what}: the engine's answer is not HTTP/1.1 ({exc})")
         from provisioner.engine.docker import unreachable_reason
 
         return EngineUnavailable(unreachable_reason(exc), self.where)
@@ -261,6 +357,7 @@ class WireEngine(Engine):
         self.api = api
         self.where = api.where
         self._version = version  # the negotiation's answer: info() needs no second round trip
+        self._info: EngineInfo | None = None  # runtimes and CDI directories do not change under a command
         self._sdk: Engine | None = None
 
     def sdk(self) -> Engine:
@@ -272,8 +369,10 @@ class WireEngine(Engine):
         return self._sdk
 
     def info(self) -> EngineInfo:
-        info = self.api.json("GET", "/info", "info")
-        return EngineInfo.from_payloads(self._version, info if isinstance(info, dict) else {})
+        if self._info is None:
+            info = self.api.json("GET", "/info", "info")
+            self._info = EngineInfo.from_payloads(self._version, info if isinstance(info, dict) else {})
+        return self._info
 
     def image(self, ref: str) -> ImageInfo:
         what = f"image {ref}"

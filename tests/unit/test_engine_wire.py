@@ -201,6 +201,78 @@ def test_an_engine_without_an_api_version_is_refused(daemon):
         daemon({"GET /version": (200, {"Version": "x"})})
 
 
+@pytest.mark.parametrize("info", [(200, {"Runtimes": {"runc": {}, "ascend": {}}}), (500, {"message": "ill"})])
+def test_the_early_connection_asks_the_info_once_and_keeps_it(daemon, monkeypatch, tmp_path, info):
+    from provisioner import engine as engines
+
+    _, server = daemon({"GET /v1.41/info": info})
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/d.sock")
+    server.seen.clear()
+    engines.connect_early()
+    eng = engines.connect()
+    assert server.seen == ["GET /version", "GET /v1.41/info"]  # both asked before the caller needed them
+    if info[0] == 200:
+        assert eng.info().runtimes == ("ascend", "runc") and eng.info() is eng.info()
+        assert len(server.seen) == 2  # kept: no second round trip
+    else:  # the early failure is not hidden: the caller's own ask is made again and fails
+        with pytest.raises(EngineError, match="^info: ill$"):
+            eng.info()
+        assert server.seen[-1] == "GET /v1.41/info" and len(server.seen) == 3
+
+
+def raw_answer(tmp_path, answer: bytes) -> tuple[str, list[bytes]]:
+    """A socket that reads one request and writes `answer` byte for byte, then closes: the HTTP a daemon may send
+    that http.server would not write (sized, to the close, chunk extensions, broken)."""
+    import socket
+
+    path = str(tmp_path / "raw.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(1)
+    got: list[bytes] = []
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(4096)
+            got.append(data)
+            for i in range(0, len(answer), 7):  # in small pieces, as a slow daemon would
+                conn.sendall(answer[i:i + 7])
+        server.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return path, got
+
+
+@pytest.mark.parametrize("answer, body", [
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\n{\"a\": 1}   ", {"a": 1}),
+    (b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n[1, 2]", [1, 2]),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3;x=y\r\n[1,\r\n2\r\n 2\r\n1\r\n]\r\n"
+     b"0\r\nTrailer: t\r\n\r\n", [1, 2]),
+    (b"HTTP/1.1 204 No Content\r\n\r\n", None),
+])
+def test_bodies_sized_to_the_close_or_chunked_are_read_whole(tmp_path, answer, body):
+    path, got = raw_answer(tmp_path, answer)
+    assert wire.Api(path, 5, f"unix://{path}").json("POST", "/x", "x", body={"k": "v"}) == body
+    head, _, sent = got[0].partition(b"\r\n\r\n")
+    assert head.split(b"\r\n")[0] == b"POST /x HTTP/1.1" and b"Content-Length: 10" in head.split(b"\r\n")
+
+
+@pytest.mark.parametrize("answer, error, match", [
+    (b"SSH-2.0-OpenSSH\r\n\r\n", EngineError, "^x: the engine's answer is not HTTP/1.1 \\(not an HTTP status line"),
+    (b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n", EngineError, "not an HTTP header line"),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", EngineError, "not a chunk size: zz"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\n{\"a\"", EngineUnavailable, "closed the connection"),
+    (b"HTTP/1.1 200 OK\r\nContent-Le", EngineUnavailable, "closed the connection"),
+])
+def test_a_broken_answer_is_an_engine_error_not_a_traceback(tmp_path, answer, error, match):
+    path, _ = raw_answer(tmp_path, answer)
+    with pytest.raises(error, match=match):
+        wire.Api(path, 5, f"unix://{path}").json("GET", "/x", "x")
+
+
 # -- the real engine ---------------------------------------------------------------------------------------
 
 @pytest.mark.docker
