@@ -24,6 +24,10 @@ FRAMEWORK_SET_LABEL = "org.provision.framework.set"
 FRAMEWORK_KIND_LABEL = "org.provision.framework.kind"
 FRAMEWORK_ENV_LABEL = "org.provision.framework.env"
 CHECKOUTS_LABEL = "org.provision.framework.checkouts"
+# Every image this project builds carries provisioner, and with it the module that starts torchrun with a
+# quicker log tail (provisioner/launch/teerun.py): the label says so, and launch uses that module only then.
+LAUNCHER_LABEL = "org.provision.launcher"
+LAUNCHER_MODULE = "provisioner.launch.teerun"
 
 
 def framework_from_labels(labels: dict | None) -> dict | None:

@@ -27,6 +27,8 @@ from provisioner.image.labels import (
     FRAMEWORK_ENV_LABEL,
     FRAMEWORK_KIND_LABEL,
     FRAMEWORK_SET_LABEL,
+    LAUNCHER_LABEL,
+    LAUNCHER_MODULE,
     STACK_ID_LABEL,
     STACK_LABEL,
 )
@@ -123,6 +125,7 @@ def labels(stack: Mapping[str, Any], recipe, tag: str, project, lock_sha: str, p
         "org.provision.version": project.version,
         "org.provision.package-set": package_set,
         "org.provision.lock.sha256": lock_sha,
+        LAUNCHER_LABEL: LAUNCHER_MODULE,
         **extra,
         STACK_ID_LABEL: stack["id"],
         STACK_LABEL: json.dumps(stack, separators=(",", ":"), ensure_ascii=True),

@@ -15,7 +15,6 @@ only to read its constants.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -160,6 +159,8 @@ def table(doc: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import argparse  # here: `provision launch` imports this module for SCHEMA on its way to the container's start
+
     ap = argparse.ArgumentParser(prog="python -m provisioner.launch.collective", description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", help="Comma-separated message sizes (default: 64K,1M,4M on CPU; 1M..256M on NPU/GPU).")
     ap.add_argument("--iters", type=int, help="Timed all_reduces per size (default: 5 on CPU, 20 on NPU/GPU).")

@@ -20,7 +20,6 @@ import json
 import os
 import sys
 import time
-import uuid
 from dataclasses import dataclass, field, replace
 from typing import TextIO
 
@@ -63,7 +62,7 @@ class Job:
     keep: bool = False
     name: str | None = None
     stop_timeout: int = STOP_TIMEOUT_S
-    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    run_id: str = field(default_factory=lambda: os.urandom(6).hex())  # 12 hex digits (uuid would import platform)
     notes: tuple[str, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)  # --label, besides launch's own
 
@@ -171,13 +170,14 @@ def container_kwargs(job: Job, role: str, command: list[str], env: dict[str, str
 def run(job: Job, engine: Engine, out: TextIO | None = sys.stdout, err: TextIO | None = sys.stderr) -> dict:
     """Run the check (if asked) and the job; return the `provision.launch/1` summary document."""
     extra_env, nproc = torchrun.environment(job.plan, job.env, job.image.env)
+    start = torchrun.launcher(job.image.labels)
     started = time.monotonic()
     selftest: RunResult | None = None
     check: RunResult | None = None
     main: RunResult | None = None
     with SignalGuard() as guard:
         if job.selftest:
-            cmd = torchrun.command(job.plan, torchrun.Target.selftest(job.selftest_args), nproc)
+            cmd = torchrun.command(job.plan, torchrun.Target.selftest(job.selftest_args), nproc, start)
             kw = container_kwargs(job, "selftest", cmd, extra_env)
             found_st: dict = {}
             say(err, f"run {job.run_id}: self-test in {kw['name']}: $ {_join(cmd)}")
@@ -185,7 +185,7 @@ def run(job: Job, engine: Engine, out: TextIO | None = sys.stdout, err: TextIO |
                                      on_line=lambda line: _document(line, SELFTEST_SCHEMA, found_st))
             selftest.selftest = found_st.get("doc")
         if job.check and (selftest is None or passed(selftest)):
-            cmd = torchrun.command(job.plan, torchrun.Target.check(job.check_args), nproc)
+            cmd = torchrun.command(job.plan, torchrun.Target.check(job.check_args), nproc, start)
             kw = container_kwargs(job, "check", cmd, extra_env)
             found: dict = {}
             say(err, f"run {job.run_id}: collective check in {kw['name']}: $ {_join(cmd)}")
@@ -194,7 +194,7 @@ def run(job: Job, engine: Engine, out: TextIO | None = sys.stdout, err: TextIO |
             check.collective = found.get("doc")
         if job.target is not None and (selftest is None or passed(selftest)) and (
                 check is None or passed(check)):
-            cmd = torchrun.command(job.plan, job.target, nproc)
+            cmd = torchrun.command(job.plan, job.target, nproc, start)
             kw = container_kwargs(job, "run", cmd, extra_env)
             say(err, f"run {job.run_id}: {job.target.kind} in {kw['name']}: $ {_join(cmd)}")
             main = run_container(engine, kw, "run", guard, out, err, job.keep, job.stop_timeout)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from provisioner import chipids
 from provisioner.devices.plan import DevicePlan
 from provisioner.errors import ProvisionError
+from provisioner.image.labels import LAUNCHER_LABEL, LAUNCHER_MODULE
 
 TRAIN_MODULE = "provisioner.train"
 CHECK_MODULE = "provisioner.launch.collective"
@@ -85,9 +86,18 @@ class Target:
             raise ProvisionError(f"a {self.kind} target needs a name")
 
 
-def torchrun_argv(plan: DevicePlan, target: Target, nproc: int) -> list[str]:
-    """`torchrun` with one worker per chip; --standalone on one node, static rendezvous across nodes."""
-    argv = ["torchrun", "--nproc-per-node", str(nproc)]
+def launcher(image_labels: dict[str, str] | None) -> list[str]:
+    """What starts torchrun in an image: the quick-tail launcher (provisioner/launch/teerun.py) where the image
+    says it carries it (a label with exactly that module's name), else `torchrun` itself."""
+    if (image_labels or {}).get(LAUNCHER_LABEL) == LAUNCHER_MODULE:
+        return ["python", "-m", LAUNCHER_MODULE]
+    return ["torchrun"]
+
+
+def torchrun_argv(plan: DevicePlan, target: Target, nproc: int, start: list[str] | None = None) -> list[str]:
+    """`torchrun` (or `start`, see launcher()) with one worker per chip; --standalone on one node, static
+    rendezvous across nodes."""
+    argv = [*(start or ["torchrun"]), "--nproc-per-node", str(nproc)]
     m = plan.multi
     if m.nnodes > 1:
         m.require_master()
@@ -101,9 +111,9 @@ def torchrun_argv(plan: DevicePlan, target: Target, nproc: int) -> list[str]:
     return argv + list(target.args)
 
 
-def command(plan: DevicePlan, target: Target, nproc: int) -> list[str]:
-    """The container's command: the exec command as given, else torchrun around the target."""
-    return list(target.args) if target.kind == "exec" else torchrun_argv(plan, target, nproc)
+def command(plan: DevicePlan, target: Target, nproc: int, start: list[str] | None = None) -> list[str]:
+    """The container's command: the exec command as given, else torchrun (started by `start`) around the target."""
+    return list(target.args) if target.kind == "exec" else torchrun_argv(plan, target, nproc, start)
 
 
 def visible_ids(name: str, value: str, plan: DevicePlan) -> list[int]:

@@ -83,7 +83,9 @@ def test_four_chips_check_then_torchrun(launch_image, sim_host, probe_dir, docke
     # the summary
     assert doc["schema"] == "provision.launch/1" and doc["status"] == "ok" and doc["exit_code"] == 0
     assert doc["devices"] == [0, 1, 2, 3] and doc["nproc_per_node"] == 4 and doc["mode"] == "devices"
-    assert doc["command"] == ["torchrun", "--nproc-per-node", "4", "--standalone", "--tee", "3", "/probe/probe.py"]
+    # the image says it carries the quick-tail launcher (provisioner/launch/teerun.py): torchrun's main through it
+    assert doc["command"] == ["python", "-m", "provisioner.launch.teerun", "--nproc-per-node", "4", "--standalone",
+                              "--tee", "3", "/probe/probe.py"]
     assert doc["container"] == f"provision-launch-{doc['run_id']}" and doc["kept"] is False
     assert doc["ranks_seen"] == [0, 1, 2, 3] and doc["signal"] is None
 
@@ -266,8 +268,9 @@ def test_two_nodes_meet_at_the_master(launch_image, sim_host, docker_client, no_
         docs.append(json.loads(out))
     for rank, doc in enumerate(docs):
         assert doc["status"] == "ok" and doc["nnodes"] == 2 and doc["node_rank"] == rank
-        assert doc["command"][:12] == ["torchrun", "--nproc-per-node", "2", "--nnodes", "2", "--node-rank", str(rank),
-                                       "--master-addr", "127.0.0.1", "--master-port", port, "--tee"]
+        assert doc["command"][:14] == ["python", "-m", "provisioner.launch.teerun", "--nproc-per-node", "2",
+                                       "--nnodes", "2", "--node-rank", str(rank), "--master-addr", "127.0.0.1",
+                                       "--master-port", port, "--tee"]
         res = doc["check"]["result"]
         assert res["world_size"] == 4 and res["local_world_size"] == 2 and res["status"] == "ok"
         # each node's first worker reports; the prefix is the global rank (node 1 runs ranks 2-3)

@@ -96,3 +96,32 @@ def test_parse_volume(tmp_path):
                         (f"{tmp_path}:rel", "must be absolute"), (f"{tmp_path}/none:/d", "does not exist")]:
         with pytest.raises(ProvisionError, match=phrase):
             torchrun.parse_volume(bad)
+
+
+@pytest.mark.parametrize("labels, start", [
+    ({"org.provision.launcher": "provisioner.launch.teerun"}, ["python", "-m", "provisioner.launch.teerun"]),
+    ({}, ["torchrun"]),
+    (None, ["torchrun"]),
+    # an image from elsewhere names another module, or text that is not one: never a word of the command
+    ({"org.provision.launcher": "evil.module"}, ["torchrun"]),
+    ({"org.provision.launcher": "provisioner.launch.teerun; rm -rf /"}, ["torchrun"]),
+])
+def test_the_quick_tail_launcher_only_where_the_image_says_it_carries_it(make_plan, labels, start):
+    plan = make_plan("0-1")
+    argv = torchrun.command(plan, torchrun.Target.train(), 2, torchrun.launcher(labels))
+    assert argv[:len(start) + 2] == [*start, "--nproc-per-node", "2"]
+    assert argv[len(start) + 2:] == ["--standalone", "--tee", "3", "-m", "provisioner.train"]
+
+
+def test_every_image_this_project_builds_says_it_carries_the_launcher():
+    """The module exists here (the project the images install), and every rendered recipe labels it."""
+    import importlib.util
+    from pathlib import Path
+
+    from provisioner.image import labels
+
+    assert importlib.util.find_spec(labels.LAUNCHER_MODULE) is not None
+    goldens = sorted((Path(__file__).resolve().parents[1] / "golden" / "images").glob("*/Dockerfile"))
+    assert len(goldens) >= 10
+    for dockerfile in goldens:
+        assert f'{labels.LAUNCHER_LABEL}="{labels.LAUNCHER_MODULE}"' in dockerfile.read_text(), dockerfile.parent.name
