@@ -6,8 +6,10 @@ job: torchrun with 2 workers that join a gloo group, all_reduce once and print
 a marker at that first "step". Wall time runs from starting the command to
 seeing the marker on its stdout. The runs are interleaved (the order flips each
 round) after one untimed warm-up of each; prints the medians and their ratio
-(goal: <= 1.05x). Needs root (mknod) and a running engine. The ratio of the
-fastest runs is printed too: on a loaded machine the medians mostly measure the load.
+(goal: <= 1.05x). Needs root (mknod) and a running engine. Each round's two runs
+are also compared with each other: the median of those paired ratios is less
+moved by the machine's load drifting between rounds than the ratio of medians.
+The ratio of the fastest runs is printed too.
 
     python benchmarks/launch_overhead.py [--runs 11] [--image TAG]
 
@@ -133,6 +135,10 @@ def main() -> int:
     h, lt = statistics.median(hand_t), statistics.median(launch_t)
     print(f"docker run ... torchrun ...  median {h:6.2f} s  (min {min(hand_t):.2f}, max {max(hand_t):.2f})")
     print(f"provision launch             median {lt:6.2f} s  (min {min(launch_t):.2f}, max {max(launch_t):.2f})")
+    paired = sorted(b / a for a, b in zip(hand_t, launch_t, strict=True))
+    quart = paired[len(paired) // 4], paired[(3 * len(paired)) // 4]
+    print(f"paired: median of each round's launch / docker run {statistics.median(paired):.3f}x"
+          f" (quartiles {quart[0]:.3f}x, {quart[1]:.3f}x)")
     print(f"fastest runs: ratio {min(launch_t) / min(hand_t):.3f}x; load average {os.getloadavg()[0]:.1f}")
     print(f"overhead {lt - h:+.2f} s; ratio launch / docker run: {lt / h:.3f}x (goal <= 1.05x)"
           f"  [{args.nproc} workers, {args.runs} runs,"

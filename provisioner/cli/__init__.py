@@ -1,9 +1,10 @@
 """The ``provision`` command line: parse, call the library, print a table or JSON.
 
-`main` is the console script. `provision --version` and a warm `provision resolve`
-take the fast path (provisioner/cli/fast.py: same options table, same output, no
-click import); everything else, and every error, goes through the click
-application (provisioner/cli/app.py).
+`main` is the console script. `provision --version`, a warm `provision resolve`
+and a `provision launch` whose options parse for certain take the fast path
+(provisioner/cli/fast.py: same options table, same output, no click import);
+everything else, and every usage error, goes through the click application
+(provisioner/cli/app.py).
 """
 
 from __future__ import annotations
@@ -53,7 +54,12 @@ def _main(args: list[str]) -> int:
     if args[:1] == ["launch"] and not {"-h", "--help"} & set(args[: args.index("--") if "--" in args else None]):
         from provisioner import engine
 
-        engine.connect_early()  # the engine's first round trip overlaps click and the planning
+        engine.connect_early()  # the engine's first round trips overlap the imports and the planning
+        from provisioner.cli.fast import try_launch
+
+        code = try_launch(args[1:])
+        if code is not None:
+            return code
     if args[:1] == ["resolve"]:
         from provisioner.cli.fast import try_resolve
 

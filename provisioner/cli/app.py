@@ -10,10 +10,6 @@ from __future__ import annotations
 
 import click
 
-from provisioner.errors import ProvisionError
-from provisioner.text import one_line
-from provisioner.validate import comment
-
 
 def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
     if value and not ctx.resilient_parsing:
@@ -57,28 +53,19 @@ def cli() -> None:
 
 def run(argv: list[str] | None = None) -> int:
     """Run the click CLI: every failure becomes one line on stderr and exit code 2."""
-    try:
-        rv = cli.main(args=argv, prog_name="provision", standalone_mode=False)
-    except ProvisionError as exc:
-        click.echo(f"provision: error: {comment(one_line(str(exc)))}", err=True)
-        return exc.exit_code
-    except click.exceptions.Exit as exc:
-        return exc.exit_code
-    except click.Abort:
-        click.echo("provision: aborted", err=True)
-        return 130
-    except click.ClickException as exc:
-        click.echo(f"provision: error: {comment(one_line(exc.format_message()))}", err=True)
-        return 2
-    except OSError as exc:
-        # A path the user named that the system refuses (too long, a loop, no permission, ...): bad input.
-        if isinstance(exc, BrokenPipeError):
-            raise
-        where = f"{exc.filename}: " if exc.filename else ""
-        click.echo(f"provision: error: {comment(one_line(where + (exc.strerror or str(exc))))}", err=True)
-        return 2
-    except KeyboardInterrupt:
-        click.echo("provision: interrupted", err=True)
-        return 130
-    return rv if isinstance(rv, int) else 0
+    from provisioner.cli.text import error_line, guarded
 
+    def main() -> int:
+        try:
+            rv = cli.main(args=argv, prog_name="provision", standalone_mode=False)
+        except click.exceptions.Exit as exc:
+            return exc.exit_code
+        except click.Abort:
+            click.echo("provision: aborted", err=True)
+            return 130
+        except click.ClickException as exc:
+            error_line(exc.format_message())
+            return 2
+        return rv if isinstance(rv, int) else 0
+
+    return guarded(main)

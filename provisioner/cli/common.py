@@ -14,18 +14,45 @@ from provisioner.cli.options import (  # noqa: F401 (re-exported)
     pop_host,
     pop_resolve,
 )
-from provisioner.cli.text import emit_json, refused_doc
+from provisioner.cli.text import emit_json, refuse, refused_doc  # noqa: F401 (re-exported)
 
 
-def _click_option(opt: Opt, **extra):
-    kwargs = {"help": opt.help, "multiple": opt.multiple, **extra}
+def click_option(opt: Opt, **extra):
+    """The click option an Opt describes (its kind, range, choices, default, short flag)."""
+    kwargs: dict = {"help": opt.help}
+    if opt.kind == "flag":
+        kwargs["is_flag"] = True
+    else:
+        kwargs["multiple"] = opt.multiple
     if opt.choices:
         kwargs["type"] = click.Choice(list(opt.choices))
-    return click.option(opt.flag, opt.dest, **kwargs)
+    elif opt.kind == "int":
+        kwargs["type"] = click.IntRange(opt.low, opt.high)
+    elif opt.kind == "path":
+        kwargs["type"] = click.Path()
+    if opt.default is not None:
+        kwargs["default"] = opt.default
+    for key in ("required", "show_default"):
+        if getattr(opt, key):
+            kwargs[key] = True
+    if opt.metavar:
+        kwargs["metavar"] = opt.metavar
+    flags = (opt.short, opt.flag) if opt.short else (opt.flag,)
+    return click.option(*flags, opt.dest, **{**kwargs, **extra})
+
+
+def click_options(opts, f):
+    """Decorate `f` with the click options of `opts`, in their order in --help."""
+    for opt in reversed(opts):
+        f = click_option(opt)(f)
+    return f
+
+
+_click_option = click_option
 
 
 def json_option(f):
-    return click.option(JSON.flag, JSON.dest, is_flag=True, help=JSON.help)(f)
+    return click_option(JSON)(f)
 
 
 def matrix_option(f):
@@ -39,12 +66,3 @@ def resolve_options(f):
     for opt in reversed(RESOLVE):
         f = _click_option(opt)(f)
     return matrix_option(f)
-
-
-def refuse(schema: str, exc, as_json: bool) -> int:
-    """A refusal with reasons (PlanRefused): the refused document and exit 2 with --json, else `exc` is raised
-    (one line on stderr)."""
-    if as_json:
-        emit_json(refused_doc(schema, exc.reasons))
-        return 2
-    raise exc

@@ -10,7 +10,15 @@ from __future__ import annotations
 
 import click
 
-from provisioner.cli.common import emit_json, json_option, matrix_option, refuse
+from provisioner.cli.common import click_options, emit_json, json_option, matrix_option, refuse
+from provisioner.cli.options import (  # noqa: F401 (multi_node, plan_options: re-exported)
+    DEVICE_HOST,
+    DEVICES,
+    LAUNCH_NET,
+    NODE_RANK,
+    multi_node,
+    plan_options,
+)
 
 RUN_SCHEMA = "provision.run-cmd/1"
 CDI_SCHEMA = "provision.cdi/1"
@@ -33,85 +41,17 @@ def launch_options(node_rank: bool = True):
 
 
 def _host_options(f, devices_default: str | None = None):
-    opts = [
-        click.option("--card", required=True, help="Card or server: 300T-A2, 800T-A2, 800T-A3, 300I-Pro, 350, ..."),
-        _devices_option(devices_default),
-        click.option("--root", default="/", show_default=True, help="Host root the driver files are read from."),
-        click.option("--dev-root", "dev_root", default="/dev", show_default=True, help="Where the host's device nodes are."),
-        click.option(
-            "--driver-mount",
-            "driver_mount",
-            type=click.Choice(["lib64", "whole"]),
-            help="Mount driver/lib64 + version.info, or the whole driver directory (default per chip family).",
-        ),
-    ]
-    for o in reversed(opts):
-        f = o(f)
+    devices = DEVICES
+    if devices_default is not None:
+        # No default=None with required: click 8.3+ takes an explicit None default as satisfying `required`.
+        devices = DEVICES.but(required=False, default=devices_default,
+                              help=f"{DEVICES.help} [default: {devices_default}]")
+    f = click_options([devices if o is DEVICES else o for o in DEVICE_HOST], f)
     return matrix_option(f)
 
 
-def _devices_option(devices_default: str | None):
-    help_text = "Physical chip ids as in `ls /dev/davinci*`: 0-3,6 or all."
-    if devices_default is None:
-        # No default=None with required: click 8.3+ takes an explicit None default as satisfying `required`.
-        return click.option("--devices", required=True, help=help_text)
-    return click.option("--devices", default=devices_default, help=f"{help_text} [default: {devices_default}]")
-
-
 def _launch_options(f, node_rank: bool = True):
-    opts = [
-        click.option("--shm-size", "shm_size", help="A private /dev/shm of this size (e.g. 16g) instead of --ipc=host."),
-        click.option("--nnodes", type=click.IntRange(min=1), default=1, show_default=True, help="Nodes in the job."),
-    ]
-    if node_rank:
-        opts.append(click.option("--node-rank", "node_rank", type=click.IntRange(min=0), default=0, show_default=True,
-                                 help="This node's rank (0 = master)."))
-    opts += [
-        click.option("--master-addr", "master_addr", help="Rendezvous host (node rank 0)."),
-        click.option("--master-port", "master_port", type=click.IntRange(1, 65535), help="Rendezvous port (default from the matrix)."),
-        click.option("--hccl-if-ip", "hccl_if_ip", help="HCCL_IF_IP: this host's IP for HCCL (multi-node)."),
-        click.option("--socket-ifname", "socket_ifname", help="HCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME (e.g. eth0 or =eth0)."),
-        click.option("--hccl-connect-timeout", "hccl_connect_timeout", help="Seconds (120-7200) for HCCL link setup."),
-        click.option("--hccl-exec-timeout", "hccl_exec_timeout", help="Seconds (68-17340; 0: never) a collective may wait."),
-        click.option("--task", type=click.Choice(["train", "inference"]), help="Refuse cards that cannot train when train (default: train)."),
-    ]
-    for o in reversed(opts):
-        f = o(f)
-    return f
-
-
-def multi_node(kw: dict):
-    """The --nnodes / --node-rank / --master-addr / --master-port options as a devices.plan.MultiNode."""
-    from provisioner.devices import plan as devices
-
-    return devices.MultiNode(
-        nnodes=kw.get("nnodes") or 1,
-        node_rank=kw.get("node_rank") or 0,
-        master_addr=kw.get("master_addr"),
-        master_port=str(kw["master_port"]) if kw.get("master_port") else None,
-    )
-
-
-def plan_options(matrix, kw: dict, **extra):
-    from provisioner.devices import plan as devices
-
-    multi = multi_node(kw)
-    task = kw.get("task") or matrix.policy.get("default_task", "train")
-    return devices.Options(
-        card=kw["card"],
-        devices=kw["devices"],
-        root=kw["root"],
-        dev_root=kw["dev_root"],
-        task=task,
-        shm_size=kw.get("shm_size"),
-        driver_mount=kw.get("driver_mount"),
-        multi=multi,
-        hccl_if_ip=kw.get("hccl_if_ip"),
-        socket_ifname=kw.get("socket_ifname"),
-        hccl_connect_timeout=kw.get("hccl_connect_timeout"),
-        hccl_exec_timeout=kw.get("hccl_exec_timeout"),
-        **extra,
-    )
+    return click_options([o for o in LAUNCH_NET if node_rank or o is not NODE_RANK], f)
 
 
 def _write(path: str, text: str) -> None:

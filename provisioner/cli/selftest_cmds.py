@@ -7,7 +7,7 @@ import click
 
 from provisioner.cli.common import json_option, refuse
 from provisioner.cli.device_cmds import host_options, launch_options
-from provisioner.cli.launch_cmds import report, start
+from provisioner.cli.launching import report, start
 
 CONFIG_IN_CONTAINER = "/etc/provision/selftest/train.yaml"
 
@@ -45,7 +45,7 @@ def selftest_cmd(overlays, as_json, image, config, env, mode, user, keep, labels
     """
     import os
 
-    from provisioner.cli.device_cmds import multi_node, plan_options
+    from provisioner.cli.options import multi_node, plan_options
     from provisioner.devices import plan as devices
     from provisioner.errors import ProvisionError
     from provisioner.launch import run as launch

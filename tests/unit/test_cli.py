@@ -138,15 +138,148 @@ def test_fast_path_prints_what_click_prints(args, capsys):
     assert (fast_code, fast.out, fast.err) == (click_code, slow.out, slow.err)
 
 
-def test_fast_path_parses_like_click():
-    from provisioner.cli.fast import parse
+def given(values: dict | None) -> dict | None:
+    """The values a parse took from the command line (defaults left out)."""
+    if values is None:
+        return None
+    return {k: v for k, v in values.items() if v not in (None, (), False) or k == "as_json"}
 
-    assert parse(["--card", "300T-A2", "--with", "apex", "--with=deepspeed", "--json"]) == {
+
+def test_fast_path_parses_like_click():
+    from provisioner.cli.fast import RESOLVE_OPTS, parse
+
+    assert given(parse(["--card", "300T-A2", "--with", "apex", "--with=deepspeed", "--json"], RESOLVE_OPTS)) == {
         "as_json": True, "card": "300T-A2", "extras": ("apex", "deepspeed")}
-    assert parse(["--matrix", "a.yaml", "--matrix=b.yaml", "--os", "ubuntu22.04"]) == {
+    assert given(parse(["--matrix", "a.yaml", "--matrix=b.yaml", "--os", "ubuntu22.04"], RESOLVE_OPTS)) == {
         "as_json": False, "overlays": ("a.yaml", "b.yaml"), "os_": "ubuntu22.04"}
     for doubtful in (["--card"], ["-h"], ["--nope", "x"], ["--task", "bogus"], ["--card", "-x"], ["x"]):
-        assert parse(doubtful) is None, doubtful
+        assert parse(doubtful, RESOLVE_OPTS) is None, doubtful
+
+
+# -- the launch fast path: click's values for every command line it takes -----------------------------
+
+
+def _click_launch(argv: list[str]) -> dict | None:
+    """click's own reading of `provision launch ARGV` (None where click refuses it)."""
+    import click
+
+    from provisioner.cli.launch_cmds import launch_cmd
+
+    try:
+        return launch_cmd.make_context("launch", list(argv)).params
+    except click.ClickException:
+        return None
+
+
+REQUIRED = ["--card", "300T-A2", "--devices", "0-1", "--image", "img:1"]
+LAUNCH_LINES = [
+    REQUIRED,
+    [*REQUIRED, "-e", "A=1", "--env", "B", "-v", "/d:/d:ro", "--volume=/m:/m", "-w", "/w", "--script", "/b/x.py",
+     "--", "--config", "-x", "y"],
+    [*REQUIRED, "--nnodes", "2", "--node-rank=1", "--master-addr", "10.0.0.1", "--master-port", "29501", "--json"],
+    [*REQUIRED, "--check", "--keep", "--no-init", "--stop-timeout", "5", "--mode", "devices", "--matrix", "o.yaml",
+     "--label", "a=b", "--label", "c=d", "--root", "/h", "--dev-root=/h/dev", "--driver-mount", "whole", "--"],
+    [*REQUIRED, "--job", "job.yaml", "--dry-run", "--task", "train", "--shm-size", "16g", "--rank-table", "r.json"],
+]
+NOT_FAST = [
+    REQUIRED[:-2],  # no --image: click says so
+    [*REQUIRED, "--help"], [*REQUIRED, "-h"],
+    [*REQUIRED, "--nnodes", "0"], [*REQUIRED, "--master-port", "70000"], [*REQUIRED, "--stop-timeout", "+5"],
+    [*REQUIRED, "--mode", "both"], [*REQUIRED, "--check=yes"], [*REQUIRED, "--keep", "--keep"],
+    [*REQUIRED, "--name", "a", "--name", "b"], [*REQUIRED, "-eA=1"], [*REQUIRED, "-e"], [*REQUIRED, "--name", "-x"],
+    [*REQUIRED, "train.yaml"], [*REQUIRED, "--nope"],
+]
+
+
+@pytest.mark.parametrize("argv", LAUNCH_LINES)
+def test_launch_fast_path_reads_what_click_reads(argv):
+    from provisioner.cli.fast import LAUNCH_OPTS, parse
+
+    fast = parse(argv, LAUNCH_OPTS, rest="args")
+    assert fast is not None and fast == _click_launch(argv)
+
+
+@pytest.mark.parametrize("argv", NOT_FAST)
+def test_launch_fast_path_leaves_any_doubt_to_click(argv):
+    from provisioner.cli.fast import LAUNCH_OPTS, parse
+
+    assert parse(argv, LAUNCH_OPTS, rest="args") is None
+
+
+@pytest.mark.parametrize("extra", [
+    ["--image", "bad image"],  # a refused value: the library's one line
+    ["--image", "img:1", "--dry-run"],
+    ["--image", "img:1", "--job", "j.yaml", "--", "x"],
+    ["--image", "img:1", "--nnodes", "2"],  # multi-node without --master-addr
+    ["--image", "img:1"],  # no engine at DOCKER_HOST
+])
+def test_launch_fast_path_fails_as_the_click_command_does(extra, capsys, monkeypatch, tmp_path):
+    from provisioner.cli import app, main
+    from provisioner.cli.fast import LAUNCH_OPTS, parse
+
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/none.sock")
+    argv = ["launch", "--card", "300T-A2", "--devices", "0-1", *extra]
+    assert parse(argv[1:], LAUNCH_OPTS, rest="args") is not None  # the fast path takes it
+    fast = (main(list(argv)), *capsys.readouterr())
+    slow = (app.run(list(argv)), *capsys.readouterr())
+    assert fast == slow and fast[0] == 2 and fast[2].startswith("provision: error: "), fast
+
+
+def test_launch_fast_path_imports_no_click(tmp_path):
+    probe = ("import sys, json\nfrom provisioner.cli import main\ncode = main(sys.argv[1:])\n"
+             "print(code, json.dumps(sorted({m.split('.')[0] for m in sys.modules} & {'click', 'docker', 'http'})),"
+             " file=sys.stderr)\n")
+    proc = subprocess.run([sys.executable, "-c", probe, "launch", *REQUIRED, "--", "lr=1"], capture_output=True,
+                          text=True, env={"PROVISION_CACHE": str(tmp_path), "PATH": "/usr/bin:/bin",
+                                          "DOCKER_HOST": f"unix://{tmp_path}/none.sock"})
+    assert proc.stderr.startswith("provision: error: provision launch needs a running Docker engine"), proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "2 []"  # neither click, docker-py nor http.client
+
+
+def test_launch_fast_path_agrees_with_click_on_random_command_lines():
+    """Lines made from the options table, valid and not: the fast path either declines or reads what click reads,
+    and it takes every line that is plainly valid (each option once, good values, required ones given)."""
+    import random
+
+    from provisioner.cli.fast import LAUNCH_OPTS, parse
+
+    rng = random.Random(16)
+    bad_values = ["0", "70000", "-1", "+5", "both", "-x", " 7"]
+    taken = 0
+    for _ in range(500):
+        chosen = rng.sample(LAUNCH_OPTS, rng.randint(0, 14))
+        chosen += [o for o in LAUNCH_OPTS if o.required and o not in chosen]
+        clean = True
+        if rng.random() < 0.1:
+            chosen.remove(rng.choice([o for o in chosen if o.required]))
+            clean = False
+        if rng.random() < 0.1:
+            chosen.append(rng.choice(chosen))
+            clean = chosen[-1].multiple and clean
+        rng.shuffle(chosen)
+        argv: list[str] = []
+        for opt in chosen:
+            flag = opt.short if opt.short and rng.random() < 0.5 else opt.flag
+            if opt.kind == "flag":
+                argv.append(flag)
+                continue
+            if rng.random() < 0.85:
+                value = rng.choice(opt.choices) if opt.choices else (
+                    str(rng.randint(opt.low or 0, opt.high or 99)) if opt.kind == "int" else rng.choice(["x", "a=b", ""]))
+            else:
+                value = rng.choice(bad_values)
+                clean = clean and not value.startswith("-") and opt.kind in ("text", "path") and not opt.choices
+            argv += [f"{flag}={value}"] if flag.startswith("--") and rng.random() < 0.3 else [flag, value]
+        if rng.random() < 0.5:
+            argv += ["--", *rng.sample(["x", "--config", "-y", "a=b", "--"], 3)]
+        fast = parse(argv, LAUNCH_OPTS, rest="args")
+        slow = _click_launch(argv)
+        if fast is not None:
+            taken += 1
+            assert fast == slow, argv
+        else:
+            assert not clean, " ".join(map(repr, argv))
+    assert taken > 200, taken
 
 
 # -- the version -------------------------------------------------------------------------------

@@ -269,11 +269,12 @@ def test_fast_path_prints_what_click_prints(args, capsys):
 
 
 def test_fast_path_parses_the_host_options():
-    from provisioner.cli.fast import parse
+    from provisioner.cli.fast import RESOLVE_OPTS, parse
 
-    assert parse(["--root", "/h", "--npu-smi-output", "a", "--npu-smi-output=b", "--for-host", "this"]) == {
-        "as_json": False, "root": "/h", "npu_smi_outputs": ("a", "b"), "for_host": "this"}
-    assert parse(["--for-host", "elsewhere"]) is None
+    got = parse(["--root", "/h", "--npu-smi-output", "a", "--npu-smi-output=b", "--for-host", "this"], RESOLVE_OPTS)
+    assert got is not None
+    assert (got["root"], got["npu_smi_outputs"], got["for_host"], got["as_json"]) == ("/h", ("a", "b"), "this", False)
+    assert parse(["--for-host", "elsewhere"], RESOLVE_OPTS) is None
 
 
 def _counting_host(tmp_path: Path, boot_id: str | None) -> tuple[Path, Path]:
