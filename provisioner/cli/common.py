@@ -48,21 +48,18 @@ def click_options(opts, f):
     return f
 
 
-_click_option = click_option
-
-
 def json_option(f):
     return click_option(JSON)(f)
 
 
 def matrix_option(f):
-    return _click_option(MATRIX, type=click.Path())(f)
+    return click_option(MATRIX, type=click.Path())(f)
 
 
 def resolve_options(f):
     """All `provision resolve` options, for every command that builds on a Stack (the host options last)."""
     for opt in reversed(HOST):
-        f = _click_option(opt, type=click.Path())(f) if opt.dest != "for_host" else _click_option(opt)(f)
+        f = click_option(opt, type=click.Path())(f) if opt.dest != "for_host" else click_option(opt)(f)
     for opt in reversed(RESOLVE):
-        f = _click_option(opt)(f)
+        f = click_option(opt)(f)
     return matrix_option(f)
