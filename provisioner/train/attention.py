@@ -71,6 +71,47 @@ def sdpa_problem() -> str | None:
     return f"transformers {have} refuses SDPA with torch {torch.__version__} (its is_torch_sdpa_available() is False)"
 
 
+def npu_flash_fixes(dev: DeviceInfo, prec: Precision, attn: str) -> list[str]:
+    """Make transformers run NPU flash attention as it should before the model is loaded; one line per fix made
+    (for the log). Call it after pick_attention, before from_pretrained."""
+    lines = []
+    if keep_flash_off_the_hub(dev, attn):
+        lines.append("NPU flash attention stays npu_fusion_attention: this transformers would swap it for the "
+                     "CUDA kernel kernels-community/flash-attn from the Hub because the `kernels` package is "
+                     "installed")
+    if fix_flash_autocast(dev, prec, attn):
+        lines.append(f"NPU flash attention runs in {prec.name}: this transformers would run fp32 queries "
+                     "in fp32 (its autocast check is CUDA-only)")
+    return lines
+
+
+def keep_flash_off_the_hub(dev: DeviceInfo, attn: str) -> bool:
+    """Keep flash_attention_2 on npu_fusion_attention where transformers would fetch a CUDA kernel instead.
+
+    Releases in ascend.yaml's flash_attention_hub_fallback window replace flash_attention_2 with the Hub kernel
+    kernels-community/flash-attn whenever the flash_attn package is missing and `kernels` is installed, without
+    asking the device: on an NPU the model then fails to load. Their modeling_utils reads that gate through its
+    own name is_kernels_available, which is turned off here (nothing else of this run uses Hub kernels). Returns
+    whether it was; ConfigError when this transformers is shaped otherwise.
+    """
+    if dev.type != "npu" or attn != "flash_attention_2":
+        return False
+    if not ascend.transformers_has("flash_attention_hub_fallback") or ascend.transformers_has(
+            "flash_attention_hub_fallback_skips_npu"):
+        return False
+    from transformers import modeling_utils
+
+    gate = getattr(modeling_utils, "is_kernels_available", None)
+    if gate is None:
+        have = ascend.installed_version("transformers")
+        raise ConfigError(f"config: attn_implementation: flash_attention_2: transformers {have} may swap NPU flash "
+                          "attention for a CUDA kernel from the Hub; uninstall the `kernels` package or use sdpa")
+    if not gate():
+        return False
+    modeling_utils.is_kernels_available = lambda: False
+    return True
+
+
 def fix_flash_autocast(dev: DeviceInfo, prec: Precision, attn: str) -> bool:
     """Run NPU flash attention in the autocast dtype where transformers would run it in fp32.
 

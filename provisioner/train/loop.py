@@ -27,7 +27,7 @@ from provisioner.train import ascend, dist, memory, memory_fit
 from provisioner.train import checkpoint as ckpt
 from provisioner.train import device as devmod
 from provisioner.train import strategy as strat
-from provisioner.train.attention import FLASH, fix_flash_autocast, pick_attention
+from provisioner.train.attention import FLASH, npu_flash_fixes, pick_attention
 from provisioner.train.chatml import resolve_template, tokenize
 from provisioner.train.config import ConfigError, TrainConfig, dump_config
 from provisioner.train.data import Conversation, load_conversations
@@ -124,9 +124,8 @@ class Trainer:
 
         zero.check_supported(dev, self.prec, cfg.strategy)
         self.attn = pick_attention(cfg.attn_implementation, dev)
-        if fix_flash_autocast(dev, self.prec, self.attn):
-            self._info(f"NPU flash attention runs in {self.prec.name}: this transformers would run fp32 queries "
-                       "in fp32 (its autocast check is CUDA-only)")
+        for line in npu_flash_fixes(dev, self.prec, self.attn):
+            self._info(line)
         if self.attn == "sdpa" and cfg.packing is not False:
             # No varlen kernel here: attend per packed sequence instead of over a masked row.
             from provisioner.train import packed_attention

@@ -224,7 +224,7 @@ class SelfTest:
 
         self._require_device()
         self.attn = attention.pick_attention(self.cfg.attn_implementation, self.dev)
-        attention.fix_flash_autocast(self.dev, self.prec, self.attn)
+        attention.npu_flash_fixes(self.dev, self.prec, self.attn)
         loss_fn = model.SFTLoss(self._tiny_model("full", self.attn), 0)
         exs = _examples([11, 7, 5], seed=1)
         tol = 1e-4 if self.prec.name == "fp32" else 3e-2

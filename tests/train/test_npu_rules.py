@@ -35,13 +35,18 @@ def test_unknown_soc_has_no_family():
     assert "not a known Ascend SoC" in attention.npu_flash_problem(npu("Ascend999"))
 
 
-@pytest.mark.parametrize("version, npu_fa, autocast", [
-    ("4.46.3", False, False), ("4.47.1", False, False), ("4.50.3", False, False), ("4.51.0", True, False),
-    ("4.57.6", True, False), ("5.9.0", True, False), ("5.10.1", True, True), ("5.20.2", True, True),
+@pytest.mark.parametrize("version, npu_fa, autocast, hub_swap", [
+    ("4.46.3", False, False, False), ("4.47.1", False, False, False), ("4.50.3", False, False, False),
+    ("4.51.0", True, False, False), ("4.55.4", True, False, False), ("4.56.0", True, False, True),
+    ("4.57.6", True, False, True), ("5.0.0", True, False, False), ("5.9.0", True, False, False),
+    ("5.10.1", True, True, False), ("5.20.2", True, True, False),
 ])
-def test_transformers_features_by_release(version, npu_fa, autocast):
+def test_transformers_features_by_release(version, npu_fa, autocast, hub_swap):
     assert ascend.transformers_has("npu_flash_attention", version) is npu_fa
     assert ascend.transformers_has("flash_attention_autocast_any_device", version) is autocast
+    swaps = (ascend.transformers_has("flash_attention_hub_fallback", version)
+             and not ascend.transformers_has("flash_attention_hub_fallback_skips_npu", version))
+    assert swaps is hub_swap
 
 
 def test_auto_attention_follows_chip_and_transformers(monkeypatch):

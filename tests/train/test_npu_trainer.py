@@ -8,6 +8,7 @@ npu_fusion_attention (6).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -101,7 +102,10 @@ def test_zero2_with_fp16_is_refused_on_a_saturating_chip(tmp_path, tiny_model_di
 
 
 def test_full_fine_tuning_runs_npu_flash_attention_in_the_autocast_dtype(tmp_path, tiny_model_dir, alpaca_file):
-    """Finding 6: transformers 4.57 (torch 2.6-2.9 sets) picks the kernel dtype from CUDA's autocast state."""
+    """Finding 6: transformers 4.57 (torch 2.6-2.9 sets) picks the kernel dtype from CUDA's autocast state.
+    It also swaps flash_attention_2 for a CUDA kernel from the Hub when the `kernels` package is installed
+    (the dev extra installs it): without the trainer's fix, loading the model fails."""
+    assert importlib.util.find_spec("kernels") is not None, "the dev extra installs kernels"
     probe, summary, err = train(tmp_path, tiny_model_dir, alpaca_file, method="full",
                                 tokenizer=str(tiny.qwen_tokenizer_dir()),
                                 path=(npu_fake.transformers_env("4.57.6"),))
@@ -109,6 +113,7 @@ def test_full_fine_tuning_runs_npu_flash_attention_in_the_autocast_dtype(tmp_pat
     assert summary["attn_implementation"] == "flash_attention_2"
     assert probe["fa_calls"] > 0 and probe["fa_dtypes"] == ["bfloat16"]
     assert "NPU flash attention runs in bf16" in err
+    assert "would swap it for the CUDA kernel kernels-community/flash-attn" in err
 
 
 def test_flat_packing_stays_within_the_varlen_limit(tmp_path, tiny_model_dir):

@@ -286,7 +286,7 @@ class MetricsBridge:
 
 
 def run_grpo(cfg: TrainConfig, resume: str | None) -> dict[str, Any]:
-    from provisioner.train.attention import fix_flash_autocast, pick_attention
+    from provisioner.train.attention import npu_flash_fixes, pick_attention
     from provisioner.train.chatml import resolve_template
     from provisioner.train.model import load_tokenizer
 
@@ -298,7 +298,9 @@ def run_grpo(cfg: TrainConfig, resume: str | None) -> dict[str, Any]:
 
     zero.check_supported(dev, prec, cfg.strategy)  # as SFT's: DeepSpeed misses a saturating chip's overflow
     attn = pick_attention(cfg.attn_implementation, dev)
-    fix_flash_autocast(dev, prec, attn)
+    for line in npu_flash_fixes(dev, prec, attn):
+        if is_main:
+            log.info(line)
     out = Path(cfg.output_dir)
     found = resume_point(out, resume)
     if is_main:
