@@ -42,7 +42,7 @@ POLL_S = 0.02
 _IN_MODIFY = 0x2
 _IN_NONBLOCK = 0o4000
 _IN_CLOEXEC = 0o2000000
-# The arguments torch's TailLog passes to tail_logfile (log_line_filter since torch 2.6).
+# The arguments torch's TailLog passes to tail_logfile (older releases pass the first five, without the filter).
 _TAIL_ARGS = ("header", "file", "dst", "finished", "interval_sec", "log_line_filter")
 _libc: Any = None
 
