@@ -13,10 +13,12 @@ when the worker writes, and otherwise only every FINISH_CHECK_S (torch's own
 interval) to see whether the workers have ended, so an idle tail costs no more
 CPU than torch's. A line that comes in two writes (print under
 PYTHONUNBUFFERED writes the text, then the newline) is passed on whole; a
-piece with no newline after PARTIAL_S (a progress bar's carriage-return
-update) is passed on as it is, as torch does. Where inotify cannot be had, the
-tail polls every POLL_S. Everything else is torchrun's own main(); a torch
-whose tail is shaped otherwise gets torchrun unchanged.
+piece still without its newline after PARTIAL_S is passed on as it is, as
+torch would. The file is read as torch reads it (universal newlines: a
+progress bar's carriage return ends a line). Where inotify cannot be had, the
+tail polls every POLL_S, whatever interval_sec torch passes. Everything else
+is torchrun's own main(); a torch whose tail is shaped otherwise gets torchrun
+unchanged.
 
 Images built by this project say they carry this module (the label
 org.provision.launcher, provisioner/image/labels.py); `provision launch` uses
