@@ -417,6 +417,31 @@ SECTIONS: dict[str, Section] = {
         dict(NOTES),
         doc="constants of the per-chip memory estimate of framework jobs",
     ),
+    # --- stack diff and upgrade plans (matrices/upgrade.yaml) ---
+    "upgrade_rules": Section(
+        "id",
+        {"id": STR, "when": STR_MAP, "says": TEXT},
+        {"needs": STR_MAP, "fix": opt(TEXT), **NOTES},
+        doc="breaking-change rules `provision diff` and `provision upgrade` report (provisioner/upgrade/rules.py)",
+    ),
+    "upgrade_steps": Section(
+        "id",
+        {"id": STR, "stage": enum("hdk", "cann"), "order": INT, "package": STR, "commands": list_of(STR)},
+        {"order_first": opt(INT), "cann": SPECS, "exact": opt(BOOL), **NOTES},
+        doc="the packages a host upgrade installs, in order, and their commands (placeholders: validated values)",
+    ),
+    "upgrade_hdk_chips": Section(
+        "family",
+        {"family": STR, "chip": STR},
+        dict(NOTES),
+        doc="the chip word of HDK and CANN package names per chip family",
+    ),
+    "upgrade_facts": Section(
+        "id",
+        {"id": STR, "says": TEXT},
+        dict(NOTES),
+        doc="the sourced sentences an upgrade plan states (install order, reboot, rollback)",
+    ),
 }
 
 # Fields of a profile's `constraints` mapping: they mirror `provision resolve` options.
