@@ -27,6 +27,7 @@ COMMANDS = {
     "launch": "launch_cmds",
     "matrix": "matrix_cmds", "resolve": "matrix_cmds",
     "selftest": "selftest_cmds",
+    "diff": "upgrade_cmds", "upgrade": "upgrade_cmds",
 }
 
 
