@@ -24,6 +24,7 @@ LAYERS = {
     "host": 3,
     "image": 3,
     "devices": 4,
+    "upgrade": 4,
     "jobs": 5,
     "launch": 6,
     "demo": 7,
