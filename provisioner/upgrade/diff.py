@@ -141,10 +141,15 @@ def diff(matrix, a: dict, b: dict, a_from: str = "", b_from: str = "", driver: s
         tna, tnb = _value(a, "torch_npu"), _value(b, "torch_npu")
         paired = ((b.get("torch_npu") or {}).get("released_with_cann"))
         needs.append(f"torch {ta} -> {tb}: torch_npu {tna} -> {tnb}" + (f" (released with CANN {paired})" if paired else ""))
+    kept = rules.guards(matrix, b, lb)
     for p in packages:
         if p["name"] in ("numpy", "transformers", "deepspeed", "trl", "setuptools", "accelerate", "peft"):
             said = [f["says"] for f in found if f["id"].startswith(p["name"])]
-            needs.append(f"{p['name']} {p['a']} -> {p['b']}" + (f": {said[0]}" if said else ""))
+            line = f"{p['name']} {p['a']} -> {p['b']}" + (f": {said[0]}" if said else "")
+            if p["name"] in kept and p["b"]:
+                g = kept[p["name"]]
+                line += f"; kept clear of rule {g['id']} on B ({g['says']})"
+            needs.append(line)
     return {
         "schema": SCHEMA, "status": "ok",
         "a": {"from": a_from, "id": a.get("id"), "summary": _summary(summary, a), "lock": oa, "lock_note": wa},

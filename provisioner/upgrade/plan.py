@@ -37,7 +37,7 @@ def facts_of(report: dict) -> dict:
     drv = report.get("driver") or {}
     fw = report.get("firmware") or {}
     system = report.get("system") or {}
-    out = {"driver": None, "firmware": None, "arch": arches.normalize(system.get("arch")), "cann": [], "notes": [],
+    out: dict = {"driver": None, "firmware": None, "arch": arches.normalize(system.get("arch")), "cann": [], "notes": [],
            "families": sorted({c["family"] for c in ((report.get("npu_smi") or {}).get("chips") or []) if c.get("family")})}
     for key, value in (("driver", drv.get("version")), ("firmware", fw.get("version"))):
         if value is None:
@@ -132,6 +132,17 @@ def _nearest(matrix, family: str, opts: dict, asked: str | None) -> tuple[str, s
     return None
 
 
+def _retry(card: str, cann: str, extra: dict) -> str:
+    """The `provision upgrade` line of the nearest target, with the request's other options (validated values)."""
+    words = ["provision", "upgrade", "--card", card, "--to-cann", cann]
+    for key in ("task", "python"):
+        if extra.get(key):
+            words += [f"--{key}", validate.single_line(extra[key], f"--{key}", 64)]
+    if extra.get("extras"):
+        words += ["--with", ",".join(validate.single_line(e, "--with", 64) for e in extra["extras"])]
+    return " ".join(shlex.quote(w) for w in words)
+
+
 def _fill(text: str, values: dict) -> str:
     """A command or package name of the data with validated values in place ({name} only; nothing else expands)."""
     import re
@@ -189,9 +200,13 @@ def plan(matrix, host: dict, card: str, target: dict, extra: dict | None = None,
         near = _nearest(matrix, fam, {k: v for k, v in opts.items() if k != "cann"}, asked)
         reasons = list(exc.reasons)
         if near:
-            reasons.append(f"nearest target that works: CANN {near[0]} (HDK {near[1]}): provision upgrade --card"
-                           f" {shlex.quote(card_row['id'])} --to-cann {shlex.quote(near[0])}")
+            reasons.append(f"nearest target that works: CANN {near[0]} (HDK {near[1]}): "
+                           + _retry(card_row["id"], near[0], extra or {}))
         raise ResolveError(f"{card_row['id']} cannot reach the target: {reasons[0]}", reasons=reasons) from None
+    got = ((stack.get("extras") or {}).get("mindspeed_llm") or {}).get("set")
+    if target.get("to_set") and got != target["to_set"]:
+        raise ResolveError(f"--to-set {target['to_set']}: the matrix resolves {summary(stack)} with framework set"
+                           f" {got} instead; name the set's torch and CANN with --to-torch / --to-cann")
     cann = stack["cann"]["version"]
     cann_row = matrix.cann(cann)
     driver, notes = host["driver"], list(host["notes"])
@@ -206,8 +221,8 @@ def plan(matrix, host: dict, card: str, target: dict, extra: dict | None = None,
             reasons = [f"CANN {cann} needs HDK {driverfit.needs(matrix, cann_row)[0]}; the newest HDK"
                        f" matrices/hdk.yaml lists for {family['name']} is {newest}, which does not run it"]
             if near:
-                reasons.append(f"nearest target that works: CANN {near[0]} (HDK {near[1]}): provision upgrade"
-                               f" --card {shlex.quote(card_row['id'])} --to-cann {shlex.quote(near[0])}")
+                reasons.append(f"nearest target that works: CANN {near[0]} (HDK {near[1]}): "
+                               + _retry(card_row["id"], near[0], extra or {}))
             raise ResolveError(reasons[0], reasons=reasons)
         if fit == "newer":
             notes.append(f"the host driver {driver} is newer than every HDK CANN {cann} lists: it usually runs it;"

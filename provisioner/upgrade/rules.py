@@ -84,6 +84,22 @@ def judge(matrix, stack: dict, lock: dict[str, str]) -> list[dict]:
     return out + _component_rules(matrix, stack, lock)
 
 
+def guards(matrix, stack: dict, lock: dict[str, str]) -> dict[str, dict]:
+    """{package: rule} for the rules the lock keeps clear of: the stack does not meet the rule's `needs`, and its
+    lock holds the rule's package at a version outside `when` (numpy below 2 on CANN 8: numpy2-needs-cann9)."""
+    out: dict[str, dict] = {}
+    for rule in matrix.rows("upgrade_rules") if "upgrade_rules" in matrix.data else []:
+        when, needs = rule["when"], rule.get("needs") or {}
+        name = (when.get("package") or "").lower()
+        if not needs or not name or name not in lock or holds(when, stack, lock):
+            continue
+        _check(rule, needs, "needs")
+        if not holds(needs, stack, lock):
+            out.setdefault(name, {"id": rule["id"], "says": rule["says"],
+                                  "source": [matrix.source_ref(s) for s in rule.get("source") or []]})
+    return out
+
+
 def _component_rules(matrix, stack: dict, lock: dict[str, str]) -> list[dict]:
     """What Apex, DeepSpeed and a framework set's own rows say about the stack."""
     from provisioner.versions import PyRange, VersionError, spec

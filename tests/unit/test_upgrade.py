@@ -167,3 +167,39 @@ def test_a_poisoned_stack_file_is_refused(capsys, tmp_path):
     path.write_text(json.dumps(doc))
     code, out, err = run(capsys, "diff", str(path), "card=800T-A2")
     assert code == 2 and "PWNED" not in out and len(err.strip().splitlines()) == 1
+
+
+def test_a_host_without_a_driver_installs_the_driver_first(capsys):
+    code, doc = doc_of(capsys, "upgrade", "--root", str(FIXTURES / "plan-no-driver" / "tree"), "--card", "800T-A2",
+                       "--to-cann", "8.5.0")
+    assert code == 0 and doc["hdk"]["from"] is None and doc["hdk"]["to"] == "25.5.0"
+    assert [s["id"] for s in doc["steps"]][:3] == ["driver", "firmware", "reboot"]
+
+
+def test_upgrade_to_a_framework_set(capsys):
+    code, doc = doc_of(capsys, "upgrade", "--root", str(FIT_HOST), "--card", "800T-A2", "--to-set",
+                       "mindspeed-llm-2.3.0")
+    assert code == 0 and doc["target"]["stack"]["extras"]["mindspeed_llm"]["set"] == "mindspeed-llm-2.3.0"
+    assert "--with mindspeed-llm" in next(s for s in doc["steps"] if s["id"] == "build")["commands"][0]
+
+
+def test_the_nearest_target_line_keeps_the_requests_options(capsys):
+    code, _, err = run(capsys, "upgrade", "--root", str(FIXTURES / "plan-300ipro-1" / "tree"), "--card", "300I-Pro",
+                       "--task", "inference", "--to-cann", "9.0.0")
+    assert code == 2 and err.rstrip().endswith("provision upgrade --card 300I-Pro --to-cann 8.5.0 --task inference")
+
+
+def test_diff_says_which_rule_keeps_numpy_below_2(capsys):
+    code, doc = doc_of(capsys, "diff", "--card", "800T-A2", "cann=8.1.RC1,torch=2.5.1", "cann=8.5.0")
+    line = next(c for c in doc["changes"] if c.startswith("numpy "))
+    assert "kept clear of rule numpy2-needs-cann9 on B" in line
+
+
+def test_the_current_image_keeps_running_on_the_new_driver(capsys, tmp_path):
+    code, out, _ = run(capsys, "resolve", "--card", "800T-A2", "--cann", "8.1.RC1", "--for-host", "none", "--json")
+    path = tmp_path / "now.json"
+    path.write_text(out)
+    code, doc = doc_of(capsys, "upgrade", "--root", str(UPGRADE_HOST), "--card", "800T-A2", "--to-cann", "8.5.0",
+                       "--stack", str(path))
+    assert code == 0 and doc["stays_valid"]["current"]["cann"] == "8.1.RC1"
+    assert doc["stays_valid"]["current"]["fit"] == "newer"  # 25.5.0 is newer than every HDK 8.1.RC1 lists
