@@ -68,6 +68,13 @@ def _checked(stack: dict, what: str) -> dict:
         raise ProvisionError(f"{what}: the stack names no card")
     if not stack.get("python"):
         raise ProvisionError(f"{what}: the stack names no Python")
+    for key, fields in (("apex", ("ref", "setuptools")), ("torch_npu", ("released_with_cann",))):
+        item = stack.get(key)
+        if item is not None and not isinstance(item, dict):
+            raise ProvisionError(f"{what}: {key} must be an object")
+        for field in fields:
+            if item and item.get(field) is not None:
+                validate.single_line(item[field], f"{what}: {key}.{field}", 256)
     for key in ("extras",):
         if stack.get(key) is not None and not isinstance(stack[key], dict):
             raise ProvisionError(f"{what}: {key} must be an object")

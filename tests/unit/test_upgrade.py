@@ -203,3 +203,15 @@ def test_the_current_image_keeps_running_on_the_new_driver(capsys, tmp_path):
                        "--stack", str(path))
     assert code == 0 and doc["stays_valid"]["current"]["cann"] == "8.1.RC1"
     assert doc["stays_valid"]["current"]["fit"] == "newer"  # 25.5.0 is newer than every HDK 8.1.RC1 lists
+
+
+@pytest.mark.parametrize("field", [("apex", {"ref": "x\nRUN PWNED", "setuptools": "65.7.0"}),
+                                   ("extras", {"deepspeed": {"requirement": "x\rPWNED"}})])
+def test_a_stack_file_with_a_line_break_in_a_printed_field_is_refused(capsys, tmp_path, field):
+    code, out, _ = run(capsys, "resolve", "--card", "800T-A2", "--for-host", "none", "--json")
+    doc = json.loads(out)
+    doc["stack"][field[0]] = field[1]
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(doc))
+    code, out, err = run(capsys, "diff", str(path), "card=800T-A2")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
