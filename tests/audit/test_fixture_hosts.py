@@ -77,6 +77,10 @@ EXPECTED = {
         ("info", "firmware-version-unknown"),
         ("info", "ascend-runtime-missing"),
     ]),
+    "fit-800ta2-24.1rc3-upgrade": (0, [
+        ("info", "driver-cann-ok"),
+        ("info", "ascend-runtime-missing"),
+    ]),
     "fit-800ta2-23.0rc3": (1, [
         ("warning", "driver-fits-no-image"),
         ("info", "firmware-version-unknown"),

@@ -11,7 +11,7 @@ from provisioner.cli import main
 from provisioner.errors import ProvisionError
 from tests.helpers.hosts import FIXTURES
 
-UPGRADE_HOST = FIXTURES / "upgrade-800ta2-24.1rc3" / "tree"
+UPGRADE_HOST = FIXTURES / "fit-800ta2-24.1rc3-upgrade" / "tree"
 FIT_HOST = FIXTURES / "fit-800ta2-24.1rc3" / "tree"
 SMI = "usr/local/share/npu-smi-fixture/info.txt"
 
