@@ -215,3 +215,20 @@ def test_a_stack_file_with_a_line_break_in_a_printed_field_is_refused(capsys, tm
     path.write_text(json.dumps(doc))
     code, out, err = run(capsys, "diff", str(path), "card=800T-A2")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+
+
+def test_a_diff_side_read_from_an_image_label(matrix):
+    from provisioner.engine.fake import FakeEngine
+    from provisioner.resolve import cached
+    from provisioner.upgrade import diff, stacks
+
+    _, stack = cached.stack_for([], {"card": "800T-A2", "cann": "8.1.RC1", "torch": "2.5.1", "arch": "aarch64"})
+    fake = FakeEngine()
+    fake.add_image("provision/pytorch:old", labels={"org.provision.stack": json.dumps(stack)})
+    a, how = stacks.load_side(matrix, "provision/pytorch:old", "A", {}, engine=fake)
+    assert how == "image label" and a["cann"]["version"] == "8.1.RC1"
+    b, _ = stacks.load_side(matrix, "cann=8.5.0", "B", {"card": "800T-A2", "arch": "aarch64"})
+    doc = diff.diff(matrix, a, b, how, "options")
+    assert next(p for p in doc["parts"] if p["part"] == "cann")["b"] == "8.5.0"
+    with pytest.raises(ProvisionError, match="no such image"):
+        stacks.load_side(matrix, "provision/pytorch:missing", "A", {}, engine=fake)
