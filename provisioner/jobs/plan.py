@@ -300,7 +300,8 @@ def paths(spec: JobSpec, kind: dict) -> dict:
     par = spec.parallel
     job_dir = f"{out}/{JOB_DIR}"
     if kind["launcher"] == "msrun":
-        weights, checkpoints = f"{out}/weights/mindspore", f"{out}/mindformers"
+        # MindFormers loads the Hugging Face safetensors directory itself (no converted copy)
+        weights, checkpoints = spec.model, f"{out}/mindformers"
     else:
         weights = f"{out}/weights/mcore-tp{par.tensor}-pp{par.pipeline}"
         checkpoints = f"{out}/checkpoints/tp{par.tensor}-pp{par.pipeline}"

@@ -207,7 +207,7 @@ def test_seed_003_volcano_job(shipped, stacks, host, tmp_path):
     cfg = yaml.safe_load(ms.files["configs/finetune.yaml"])
     assert cfg["parallel_config"]["data_parallel"] == 2 and cfg["parallel_config"]["model_parallel"] == 2
     assert cfg["model"]["model_config"]["num_layers"] == 28 and cfg["context"]["max_device_memory"] == "58GB"
-    assert "--worker_num=4" in ms.files["steps/03-train.sh"]
+    assert "--worker_num=4" in ms.files["steps/02-train.sh"]
 
 
 def test_provision_k8s_job_cli(host, stacks, tmp_path, capsys):

@@ -66,29 +66,15 @@ wait_for() {  # id outputs...: another node's step, on shared storage
   say "step $id: done on node 0"
 }
 
-say "job qwen25-7b-sft-ms: node $NODE_RANK of 1, 3 steps"
+say "job qwen25-7b-sft-ms: node $NODE_RANK of 1, 2 steps"
 
-# step 1: convert - HF -> MindSpore checkpoint (complete; sliced online by auto_trans_ckpt) (once)
-if have /output/qwen25-7b-sft-ms/weights/mindspore/rank_0/checkpoint.ckpt; then
-  say "step convert: skip (outputs present)"
-elif [ "$NODE_RANK" != 0 ] && [ "$STORAGE" = shared ]; then
-  wait_for convert /output/qwen25-7b-sft-ms/weights/mindspore/rank_0/checkpoint.ckpt || exit $?
-else
-  run_step convert steps/01-convert.sh || exit $?
-  if ! have /output/qwen25-7b-sft-ms/weights/mindspore/rank_0/checkpoint.ckpt; then
-    say "step convert: exited 0 but its outputs are missing: /output/qwen25-7b-sft-ms/weights/mindspore/rank_0/checkpoint.ckpt"
-    exit 1
-  fi
-fi
-[ "$stopping" = 1 ] && exit 143
-
-# step 2: preprocess - alpaca -> messages -> MindRecord (once)
+# step 1: preprocess - alpaca -> messages -> MindRecord (once)
 if have /output/qwen25-7b-sft-ms/data/alpaca.mindrecord; then
   say "step preprocess: skip (outputs present)"
 elif [ "$NODE_RANK" != 0 ] && [ "$STORAGE" = shared ]; then
   wait_for preprocess /output/qwen25-7b-sft-ms/data/alpaca.mindrecord || exit $?
 else
-  run_step preprocess steps/02-preprocess.sh || exit $?
+  run_step preprocess steps/01-preprocess.sh || exit $?
   if ! have /output/qwen25-7b-sft-ms/data/alpaca.mindrecord; then
     say "step preprocess: exited 0 but its outputs are missing: /output/qwen25-7b-sft-ms/data/alpaca.mindrecord"
     exit 1
@@ -96,11 +82,11 @@ else
 fi
 [ "$stopping" = 1 ] && exit 143
 
-# step 3: train - msrun run_mindformer.py --run_mode finetune (distributed)
+# step 2: train - msrun run_mindformer.py --run_mode finetune (distributed)
 if have /output/qwen25-7b-sft-ms/provision-job/train.complete; then
   say "step train: skip (outputs present)"
 else
-  run_step train steps/03-train.sh || exit $?
+  run_step train steps/02-train.sh || exit $?
   if ! have /output/qwen25-7b-sft-ms/provision-job/train.complete; then
     say "step train: exited 0 but its outputs are missing: /output/qwen25-7b-sft-ms/provision-job/train.complete"
     exit 1

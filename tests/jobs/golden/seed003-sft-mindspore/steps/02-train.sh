@@ -24,12 +24,13 @@ meta="$out/checkpoint/rank_0/meta.json"
 logs=/output/qwen25-7b-sft-ms/provision-job/logs/msrun-node$NODE_RANK
 mkdir -p "$out" "$logs"
 if [ -f "$meta" ]; then
-  # MindSpore Transformers' own resume: meta.json names the last checkpoint, which carries the step,
-  # the optimizer state and the loss scale.
+  # MindSpore Transformers' own resume: meta.json names the last checkpoint (safetensors, as
+  # configs/finetune.yaml saves them), which carries the step, the optimizer state and the loss scale.
   echo "[provision-job] resuming from $meta"
   load_args=(--load_checkpoint "$out/checkpoint" --resume_training True --auto_trans_ckpt False)
 else
-  load_args=(--load_checkpoint /output/qwen25-7b-sft-ms/weights/mindspore --auto_trans_ckpt True)
+  # The Hugging Face safetensors directory itself (MindFormers >= 1.5.0), sliced online for the strategy.
+  load_args=(--load_checkpoint /models/Qwen2.5-7B --auto_trans_ckpt True)
 fi
 # msrun writes each worker's output to its log dir; show this node's first worker here.
 touch "$logs/worker_0.log"
