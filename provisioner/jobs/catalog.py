@@ -42,6 +42,35 @@ def data_handler(matrix, framework_id: str, fmt: str, where: str) -> dict:
     return rows[key]
 
 
+def scripts(matrix, framework_id: str, model_type: str, release: str | None) -> tuple[dict, str | None]:
+    """The framework scripts a job runs for this release and model type (matrices/jobs.yaml job_scripts):
+    (paths by name, None), or ({}, why not) when the framework has rows for the model but none lists the
+    release. A framework without rows for the model has no per-release scripts: ({}, None)."""
+    rows = [r for r in matrix.rows("job_scripts") if r["framework"] == framework_id and r["model_type"] == model_type]
+    if not rows:
+        return {}, None
+    for row in rows:
+        if release is not None and release in row["releases"]:
+            bad = sorted(k for k, v in row["scripts"].items() if not _safe_relpath(v))
+            if bad:
+                return {}, f"job_scripts {row['id']}: {', '.join(bad)} is not a plain relative path"
+            return dict(row["scripts"]), None
+    known = sorted({v for r in rows for v in r["releases"]}, key=_version_key)
+    named = f"release {release}" if release else "no release"
+    return {}, (f"its stack names {named}, and the paths of its {model_type} data scripts are known for releases"
+                f" {', '.join(known)} only (matrices/jobs.yaml job_scripts)")
+
+
+def _version_key(text: str) -> tuple:
+    return tuple(int(p) if p.isdigit() else 0 for p in text.split("."))
+
+
+def _safe_relpath(path: str) -> bool:
+    import re
+
+    return re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9._-]*(/[A-Za-z0-9_-][A-Za-z0-9._-]*)*", path) is not None
+
+
 def memory_constant(matrix, ident: str) -> dict:
     return next(r for r in matrix.rows("job_memory") if r["id"] == ident)
 

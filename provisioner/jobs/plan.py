@@ -66,6 +66,7 @@ class JobPlan:
     env: dict
     checkout: str
     release: str | None
+    scripts: dict = field(default_factory=dict)  # the framework's scripts for its release (job_scripts)
     files: dict = field(default_factory=dict)  # path under the job dir -> text
     notes: list[str] = field(default_factory=list)
 
@@ -181,12 +182,20 @@ def build(matrix, spec: JobSpec, card: str, chips_per_node: int, nnodes: int = 1
     if reasons:
         raise JobRefused(reasons)
 
-    checkout = catalog.checkout(fw, spec.framework_dir, framework)
     release = catalog.release(stack, fw)
+    fw_scripts, why_not = catalog.scripts(matrix, fw["id"], model_row["model_type"], release)
+    if why_not:
+        reasons.append(f"{image} cannot run a {kind['id']} job: {why_not}; build an image with one of those"
+                       f" releases: {catalog.build_hint(fw, card_row['id'])}")
+    if reasons:
+        raise JobRefused(reasons)
+
+    checkout = catalog.checkout(fw, spec.framework_dir, framework)
     plan = JobPlan(spec=spec, kind=kind, framework=fw, model_row=model_row, shape=shape,
                    card={"id": card_row["id"], "name": card_row["name"], "family": family["id"]},
                    chips_per_node=chips_per_node, nnodes=nnodes, precision=precision, memory=est,
-                   paths=paths(spec, kind), steps=[], env=env, checkout=checkout, release=release, notes=notes)
+                   paths=paths(spec, kind), steps=[], env=env, checkout=checkout, release=release, notes=notes,
+                   scripts=fw_scripts)
     plan.steps = steps(plan)
     plan.files = render_files(plan, handler)
     return plan

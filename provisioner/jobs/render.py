@@ -57,6 +57,7 @@ def context(plan, handler: dict) -> dict:
         "steps": [s.to_dict() | {"template": row["template"]} for s, row in zip(plan.steps, plan.kind["steps"], strict=True)],
         "model": {**shape.to_dict(), "path": spec.model, "head_dim": shape.head_dim},
         "fwmodel": fwmodel,
+        "scripts": dict(plan.scripts),
         "data": {"path": spec.data.path, "format": spec.data.format, "handler": handler["handler"],
                  "map_keys": dict(spec.data.map_keys), "prompt_type": spec.data.prompt_type or fwmodel.get("prompt_type")},
         "par": par,

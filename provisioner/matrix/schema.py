@@ -405,6 +405,12 @@ SECTIONS: dict[str, Section] = {
         {"mindspeed_llm": STR_MAP, "mindspeed_rl": STR_MAP, "mindformers": STR_MAP, **NOTES},
         doc="how a Hugging Face model type maps onto each framework's converter and prompt template",
     ),
+    "job_scripts": Section(
+        "id",
+        {"id": STR, "framework": STR, "model_type": STR, "releases": list_of(STR), "scripts": STR_MAP},
+        dict(NOTES),
+        doc="the framework scripts a job runs, by framework release and model type (paths in its checkout)",
+    ),
     "job_data_formats": Section(
         "id",
         {"id": STR, "handler": STR},

@@ -3,6 +3,11 @@ rendered scripts and configs pass, checked against the upstream behaviour each r
 
 from __future__ import annotations
 
+import ast
+import json
+import re
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -42,3 +47,62 @@ def test_mindspore_sft_loads_the_hf_safetensors_without_a_torch_conversion(shipp
     train = p.files["steps/02-train.sh"]
     assert "load_args=(--load_checkpoint /models/Qwen2.5-7B --auto_trans_ckpt True)" in train
     assert '--load_checkpoint "$out/checkpoint" --resume_training True' in train
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "frameworks"
+
+
+def _argparse_flags(path: Path) -> set[str]:
+    """The --flags a script's argparse parser declares (read from its source, as the script cannot be imported
+    without MindSpore)."""
+    flags = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument":
+            flags |= {a.value for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("--")}
+    return flags
+
+
+def _calls(script: str) -> dict[str, set[str]]:
+    """python <script> --flag ... commands of a rendered step: script -> the flags it is given."""
+    out: dict[str, set[str]] = {}
+    for cmd in re.split(r"\n(?=python )", script.replace("\\\n", " ")):
+        m = re.match(r"python (\S+)(.*)", cmd)
+        if m:
+            out[m.group(1)] = set(re.findall(r"(?<!\S)--[a-z_]+", m.group(2).split("\n")[0]))
+    return out
+
+
+def _mindformers_stack(stacks, version: str) -> dict:
+    from provisioner.resolve.cached import stack_for
+
+    mindspore = {"1.6.0": "2.7.0", "1.7.0": "2.7.1", "1.8.0": "2.7.2"}[version]
+    _, stack = stack_for([], {"card": "800T-A2", "framework": "mindspore", "mindspore": mindspore,
+                              "extras": ("mindformers",)})
+    assert stack["extras"]["mindformers"]["version"] == version
+    return stack
+
+
+@pytest.mark.parametrize("version", ["1.6.0", "1.7.0", "1.8.0"])
+def test_mindspore_preprocess_scripts_exist_at_the_pinned_commit_with_the_flags_passed(version, shipped, stacks,
+                                                                                         sft_job):
+    """1.6.0 (68fa8494) has no research/qwen2_5/alpaca_converter.py or qwen2_5_preprocess.py: its README runs the
+    research/qwen2 ones. Each path the step runs is a file of the upstream tree at the commit the matrix pins
+    (tests/fixtures/frameworks/mindformers-scripts/<commit>), and declares every flag the step passes."""
+    stack = _mindformers_stack(stacks, version)
+    commit = stack["extras"]["mindformers"]["commits"]["mindformers"]
+    tree = FIXTURES / "mindformers-scripts" / commit[:8]
+    p = build(shipped, sft_job(MS_SFT), stack)
+    calls = _calls(p.files["steps/01-preprocess.sh"])
+    assert len(calls) == 2, calls
+    for script, flags in calls.items():
+        assert (tree / script).is_file(), f"MindFormers {version} @ {commit[:8]} has no {script}"
+        assert flags and flags <= _argparse_flags(tree / script), (script, flags - _argparse_flags(tree / script))
+
+
+def test_a_mindformers_release_without_known_script_paths_is_refused(shipped, stacks, sft_job):
+    stack = json.loads(json.dumps(stacks["mindformers"]))
+    stack["extras"]["mindformers"]["version"] = "1.5.0"
+    msg = refused(shipped, sft_job(MS_SFT), stack)
+    assert ("image img cannot run a mindspore-sft job: its stack names release 1.5.0, and the paths of its qwen2 data"
+            " scripts are known for releases 1.6.0, 1.7.0, 1.8.0 only") in msg
+    assert "provision build --card 800T-A2 --recipe mindspore --with mindformers" in msg

@@ -18,7 +18,8 @@ cd /opt/mindformers
 # The framework's packages import from its checkout (cli/, research/ scripts run from subfolders).
 export PYTHONPATH=/opt/mindformers"${PYTHONPATH:+:$PYTHONPATH}"
 # Alpaca -> messages -> MindRecord of 4096 tokens (the static-shape route of
-# research/qwen2_5/README.md: alpaca_converter.py, then qwen2_5_preprocess.py --dataset_type qa).
+# research/qwen2_5/README.md: the alpaca converter, then the preprocessor with --dataset_type qa; their paths
+# in this release's checkout come from matrices/jobs.yaml job_scripts).
 model=/models/Qwen2.5-7B
 out=/output/qwen25-7b-sft-ms/data
 partial="$out.partial"
