@@ -106,3 +106,17 @@ def test_a_mindformers_release_without_known_script_paths_is_refused(shipped, st
     assert ("image img cannot run a mindspore-sft job: its stack names release 1.5.0, and the paths of its qwen2 data"
             " scripts are known for releases 1.6.0, 1.7.0, 1.8.0 only") in msg
     assert "provision build --card 800T-A2 --recipe mindspore --with mindformers" in msg
+
+
+def test_grpo_refuses_sharegpt_data_which_no_mindspeed_rl_handler_reads(shipped, stacks, sft_job, tmp_path):
+    """R1SharegptStyleInstructionHandler exists in no MindSpeed-RL release (data_handler.py @ 62e9928a has the
+    R1 alpaca handler only): format sharegpt would fail in preprocess_data.py after the image was started."""
+    from tests.jobs.conftest import EXAMPLES
+
+    text = (EXAMPLES / "seed000-grpo-qwen25-7b.yaml").read_text().replace("format: alpaca", "format: sharegpt")
+    job = sft_job(text)
+    from provisioner.errors import ProvisionError
+
+    with pytest.raises(ProvisionError) as exc:
+        build(shipped, job, stacks["rl"], chips=8)
+    assert str(exc.value).endswith("job.yaml:10: data format 'sharegpt' has no mindspeed-rl handler (known: alpaca)")
