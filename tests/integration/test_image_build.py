@@ -249,6 +249,8 @@ def test_failing_step_shows_its_log_tail(base_image, tmp_path):
     assert proc.stdout == ""
 
 
+# A second full build (no network, wheels only): the `full` tier (make test-all); make test builds this recipe once.
+@pytest.mark.full
 def test_fully_offline_build(base_image, wheelhouse, provision_image, run_in_image, docker_client, tmp_path):
     """--offline with a wheelhouse holding every locked wheel builds with no network at all (--network none)."""
     from tests.helpers.engine import ROOT

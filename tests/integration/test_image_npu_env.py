@@ -51,6 +51,9 @@ print(json.dumps({"accelerator": accelerator_name, "cpu_adam": installed_ops.get
 """
 
 
+# A second pytorch-recipe build (--with deepspeed): the `full` tier (make test-all); the Dockerfile's op
+# pre-build is in the goldens of make test.
+@pytest.mark.full
 def test_deepspeed_cpu_adam_is_prebuilt(docker_client, base_image, wheelhouse, run_in_image):
     """Built for the CPU accelerator on this CANN-less base; the final image has no compiler, so a JIT build
     at run time could not even start: the step works only with the pre-built op."""

@@ -44,6 +44,8 @@ def _grpo_job(tmp_path: Path) -> Path:
         f"output: {tmp_path / 'out'}\n"), config=None)
 
 
+# A Ray image of its own and two containers: the `full` tier (make test-all).
+@pytest.mark.full
 def test_grpo_on_a_two_node_ray_cluster(ray_image, docker_client, network, tmp_path):
     stack = json.loads(docker_client.images.get(ray_image).labels["org.provision.stack"])
     job = _grpo_job(tmp_path)
