@@ -120,3 +120,28 @@ def test_grpo_refuses_sharegpt_data_which_no_mindspeed_rl_handler_reads(shipped,
     with pytest.raises(ProvisionError) as exc:
         build(shipped, job, stacks["rl"], chips=8)
     assert str(exc.value).endswith("job.yaml:10: data format 'sharegpt' has no mindspeed-rl handler (known: alpaca)")
+
+
+def _hydra_overrides(script: str) -> dict[str, str]:
+    """key=value words of the resume `overrides=(...)` array of a rendered GRPO train step."""
+    m = re.search(r"overrides=\((actor_config[^)]*)\)", script)
+    assert m, "the train step has no resume overrides"
+    return dict(word.split("=", 1) for word in m.group(1).split())
+
+
+def test_grpo_reference_model_stays_the_initial_weights_after_a_resume(shipped, stacks, sft_job):
+    """integrated_worker.py @ 62e9928a loads the reference from rl_config.integrated_mode_config.ref_model_load_path,
+    else from actor_config.load, which the resume points at the actor's latest checkpoint: the KL term would then
+    pull the policy towards itself. After the resume overrides, the reference must still load the initial weights."""
+    from tests.jobs.conftest import EXAMPLES
+
+    p = build(shipped, sft_job((EXAMPLES / "seed000-grpo-qwen25-7b.yaml").read_text()), stacks["rl"], chips=8)
+    cfg = yaml.safe_load(p.files["configs/grpo.yaml"])
+    overrides = _hydra_overrides(p.files["steps/03-train.sh"])
+    actor_load = overrides["actor_config.load"].strip('"')
+    assert actor_load == "$save"  # the resume loads the actor's checkpoints
+    assert not any(k.startswith("rl_config.") for k in overrides)
+    # upstream's choice: getattr(integrated_mode_config, "ref_model_load_path", None), None -> the actor's load
+    ref = (cfg["rl_config"].get("integrated_mode_config") or {}).get("ref_model_load_path") or actor_load
+    assert ref == p.paths["weights"] == cfg["actor_config"]["load"]
+    assert cfg["rl_config"]["use_integrated_worker"] is True  # validate_config.py refuses the section otherwise
