@@ -411,6 +411,12 @@ SECTIONS: dict[str, Section] = {
         dict(NOTES),
         doc="the framework scripts a job runs, by framework release and model type (paths in its checkout)",
     ),
+    "job_flags": Section(
+        "id",
+        {"id": STR, "framework": STR, "component": STR, "flag": STR, "since": VER},
+        dict(NOTES),
+        doc="framework flags a job passes from a release on (the release the stack's extra names in `component`)",
+    ),
     "job_data_formats": Section(
         "id",
         {"id": STR, "handler": STR},
