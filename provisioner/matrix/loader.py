@@ -189,7 +189,7 @@ def _build(layers, lenient: bool = False) -> dict:
 # Sections whose rows the code looks up by name (settings, device nodes and mounts, the base-image
 # registries, Apex, extras, the doctor's libraries, rank-table formats): overlays override them, never remove.
 KEPT_SECTIONS = frozenset({"device_settings", "device_mounts", "device_families", "registries", "apex", "extras",
-                           "audit_libraries", "rank_tables"})
+                           "audit_libraries", "rank_tables", "torch_npu_features"})
 
 
 def _merge(table: dict, key, row, overlay: bool) -> None:

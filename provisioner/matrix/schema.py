@@ -175,6 +175,12 @@ SECTIONS: dict[str, Section] = {
         },
         doc="torch_npu wheels: torch they pin, paired CANN, Python range, PyPI presence (per arch in `wheels`)",
     ),
+    "torch_npu_features": Section(
+        "feature",
+        {"feature": STR, "title": STR, "wheels": SPECS},
+        {"instead": opt(STR), **NOTES},
+        doc="what the bundled trainer needs from torch_npu, by wheel version (FSDP2, ...)",
+    ),
     "torch": Section(
         "version",
         {"version": VER, "python": PY},

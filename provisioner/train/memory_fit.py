@@ -140,12 +140,13 @@ def _render(change: dict[str, Any], cfg: TrainConfig) -> list[str]:
 
 
 def available_strategies() -> list[str]:
-    from provisioner.train.requirements import fsdp2_available, installed
+    """The strategies a suggestion may name: those that can run here (never fsdp where torch_npu lacks FSDP2)."""
+    from provisioner.train.requirements import fsdp2_available, fsdp_unsupported, installed
 
     out = ["ddp"]
     if installed("deepspeed"):
         out += ["zero2", "zero3"]
-    if fsdp2_available():
+    if fsdp2_available() and fsdp_unsupported() is None:
         out.append("fsdp")
     return out
 

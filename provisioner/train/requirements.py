@@ -1,8 +1,11 @@
 """Which optional library a config needs, checked before anything heavy is imported.
 
-A strategy or method whose library is missing is refused up front (also by
-``provision-train --check``) instead of failing, or silently falling back,
-after the model is loaded. Only ``importlib`` probes here: no torch.
+A strategy or method whose library is missing, or which the installed
+torch_npu wheel does not support (``strategy: fsdp`` before torch_npu's FSDP2
+patch: matrices/torch_npu.yaml ``torch_npu_features``), is refused up front
+(also by ``provision-train --check`` and the self-test's train-steps) instead
+of failing, or silently falling back, after the model is loaded. Only
+``importlib`` probes and package metadata here: no torch.
 """
 
 from __future__ import annotations
@@ -44,8 +47,54 @@ def _extra_requirement(name: str) -> str | None:
     return None
 
 
-def missing_library(cfg: Any) -> str | None:
-    """One line naming what the config needs and is not installed, or None."""
+def installed_version(dist: str) -> str | None:
+    """The installed distribution's version (its metadata; nothing imported), or None."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _torch_npu_feature(feature: str) -> dict[str, Any] | None:
+    """The row of matrices/torch_npu.yaml ``torch_npu_features`` for a feature (None: no row, no limit known)."""
+    from provisioner.matrix import loader
+
+    return next((r for r in loader.load().rows("torch_npu_features") if r.get("feature") == feature), None)
+
+
+def fsdp_unsupported() -> str | None:
+    """Why ``strategy: fsdp`` cannot run here, or None. torch's FSDP2 runs on CPU and CUDA by itself; on the NPU it
+    needs torch_npu's FSDP2 patch, which only the torch_npu wheels in the matrix's ``torch_npu_features`` row
+    ship. The installed torch_npu wheel's version is read from its metadata, before torch is imported."""
+    if not installed("torch_npu"):
+        return None
+    version = installed_version("torch_npu")
+    row = _torch_npu_feature("fsdp2")
+    if version is None or row is None:
+        return None
+    from provisioner.versions import V, VersionError, spec
+
+    try:
+        if all(spec(s).matches(V(version)) for s in row["wheels"]):
+            return None
+    except VersionError:  # a version the matrix cannot order: the run itself will tell
+        return None
+    wanted = ", ".join(row["wheels"])
+    instead = row.get("instead") or "zero3"
+    ds = "" if installed("deepspeed") else ", in an image built with --with deepspeed"
+    return (
+        f"torch_npu {version} does not support {row['title']} (torch's fully_shard needs CUDA streams there; "
+        f"torch_npu {wanted} patches it, matrices/torch_npu.yaml torch_npu_features): use strategy: {instead} "
+        f"(DeepSpeed ZeRO-3 shards parameters, gradients and optimizer state the same way{ds}), or a stack "
+        f"with torch_npu {wanted}"
+    )
+
+
+def strategy_problem(cfg: Any) -> str | None:
+    """One line saying why the config's strategy cannot run here (a missing library, or a torch_npu without
+    support for it), or None. The trainer, ``--check`` and the self-test ask the same question."""
     if cfg.strategy in ("zero2", "zero3") and not installed("deepspeed"):
         req = _extra_requirement("deepspeed") or "deepspeed"
         return (
@@ -57,6 +106,18 @@ def missing_library(cfg: Any) -> str | None:
             "config: strategy: fsdp needs PyTorch FSDP2 (fully_shard), which this torch does not ship; "
             "use strategy zero3 (DeepSpeed) or a newer torch"
         )
+    if cfg.strategy == "fsdp":
+        why = fsdp_unsupported()
+        if why:
+            return f"config: strategy: fsdp: {why}"
+    return None
+
+
+def missing_library(cfg: Any) -> str | None:
+    """One line naming what the config needs and is not installed (or not supported here), or None."""
+    problem = strategy_problem(cfg)
+    if problem:
+        return problem
     if cfg.method == "grpo":
         if not installed("trl"):
             return "config: method: grpo needs TRL (pip install 'provisioner[grpo]', or trl), which is not installed"

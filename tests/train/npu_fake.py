@@ -28,10 +28,14 @@ TRANSFORMERS_ENVS = {
 }
 
 
-def env(tmp_path: Path, soc: str = "Ascend910B3", count: int = 1, path: tuple[str, ...] = (), **extra) -> dict:
-    """Environment of a process on a simulated host with `count` chips of `soc` and a CANN toolkit."""
+def env(tmp_path: Path, soc: str = "Ascend910B3", count: int = 1, path: tuple[str, ...] = (),
+        torch_npu: str | None = None, **extra) -> dict:
+    """Environment of a process on a simulated host with `count` chips of `soc` and a CANN toolkit.
+    `torch_npu`: the wheel version the host's torch_npu installed (its dist-info, which the trainer reads)."""
     cann = tmp_path / "Ascend" / "cann"
     cann.mkdir(parents=True, exist_ok=True)
+    if torch_npu is not None:
+        path = (wheel_metadata(tmp_path, torch_npu), *path)
     e = train_env()
     for key in ("ASCEND_RT_VISIBLE_DEVICES", "HCCL_EXEC_TIMEOUT", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
         e.pop(key, None)
@@ -39,6 +43,19 @@ def env(tmp_path: Path, soc: str = "Ascend910B3", count: int = 1, path: tuple[st
              PYTHONPATH=os.pathsep.join([*path, str(FAKES), str(REPO)]))
     e.update({k: str(v) for k, v in extra.items()})
     return e
+
+
+def wheel_metadata(tmp_path: Path, version: str) -> str:
+    """A directory holding what the torch_npu wheel installs beside its package: torch_npu-VERSION.dist-info
+    (METADATA with the torch pin of that line, as the wheels on PyPI have), for the double in tests/fakes."""
+    site = tmp_path / f"torch_npu-wheel-{version}"
+    info = site / f"torch_npu-{version}.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    torch_line = ".".join(version.split(".")[:3]).split("rc")[0].split("post")[0].rstrip(".")
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch_npu\nVersion: {version}\n"
+                                   f"Requires-Dist: torch=={torch_line}\n")
+    (info / "top_level.txt").write_text("torch_npu\n")
+    return str(site)
 
 
 def run(argv: list[str], environ: dict, timeout: int = 600) -> subprocess.CompletedProcess:

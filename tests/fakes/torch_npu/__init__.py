@@ -19,7 +19,19 @@ else:
     # What the real wheel's import raises on a machine without CANN (its _C extension links libhccl.so).
     raise ImportError("libhccl.so: cannot open shared object file: No such file or directory")
 
-__version__ = torch.__version__.split("+")[0]
+
+def _wheel_version() -> str:
+    """The version of the installed torch_npu distribution when a test gave the double one (a
+    torch_npu-X.dist-info on the path, as the real wheel installs: npu_fake.env(torch_npu=...)), else torch's."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("torch_npu")
+    except importlib.metadata.PackageNotFoundError:
+        return torch.__version__.split("+")[0]
+
+
+__version__ = _wheel_version()
 FAKE = True  # lets a test tell the double from the real wheel
 
 from . import npu  # noqa: E402
