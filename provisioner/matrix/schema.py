@@ -77,6 +77,8 @@ SECTIONS: dict[str, Section] = {
             "aliases": list_of(STR),
             "bf16_note": opt(TEXT),
             "training_note": opt(TEXT),
+            "idle_hbm_mb": opt(INT),
+            "idle_hbm_note": opt(TEXT),
             **NOTES,
         },
         doc="chip families: what every chip of the family can do",
