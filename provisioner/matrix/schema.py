@@ -462,6 +462,26 @@ SECTIONS: dict[str, Section] = {
         dict(NOTES),
         doc="the sourced sentences an upgrade plan states (install order, reboot, rollback)",
     ),
+    # --- host preflight (matrices/preflight.yaml) ---
+    "preflight_limits": Section(
+        "id",
+        {"id": STR, "value": INT},
+        {"unit": opt(STR), **NOTES},
+        doc="thresholds `provision preflight` judges at (idle HBM share, HCCL_CONNECT_TIMEOUT default)",
+    ),
+    "preflight_chip_limits": Section(
+        "family",
+        {"family": STR},
+        {"temp_max_c": opt(INT), "power_max_w": opt(INT), **NOTES},
+        doc="a chip family's temperature and power limits preflight judges against (datasheet figures)",
+    ),
+    "preflight_bandwidth": Section(
+        "id",
+        {"id": STR, "topology": enum("hccs-8-a2", "a3-supernode", "roce"), "op": enum("all_reduce", "all_gather"),
+         "min_bytes": INT, "busbw_min_mbps": INT},
+        dict(NOTES),
+        doc="the busbw floor of a collective per topology, message sizes from min_bytes up (preflight)",
+    ),
 }
 
 # Fields of a profile's `constraints` mapping: they mirror `provision resolve` options.
