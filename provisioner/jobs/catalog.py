@@ -61,6 +61,22 @@ def scripts(matrix, framework_id: str, model_type: str, release: str | None) -> 
                 f" {', '.join(known)} only (matrices/jobs.yaml job_scripts)")
 
 
+def flags(matrix, fw: dict, stack: dict | None) -> frozenset[str]:
+    """The flags of matrices/jobs.yaml job_flags this stack's framework release takes: a row applies when the
+    field `component` of the stack's extra is a release at or above the row's `since` (a commit, or nothing,
+    is no release: the flag is left out, as a framework that does not declare it would refuse it)."""
+    import re
+
+    extra = ((stack or {}).get("extras") or {}).get(fw["stack_extra"]) or {}
+    out = set()
+    for row in matrix.rows("job_flags"):
+        value = str(extra.get(row["component"]) or "")
+        if row["framework"] == fw["id"] and re.fullmatch(r"[0-9]+(\.[0-9]+)*", value) \
+                and _version_key(value) >= _version_key(str(row["since"])):
+            out.add(row["flag"])
+    return frozenset(out)
+
+
 def _version_key(text: str) -> tuple:
     return tuple(int(p) if p.isdigit() else 0 for p in text.split("."))
 

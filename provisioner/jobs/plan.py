@@ -67,6 +67,7 @@ class JobPlan:
     checkout: str
     release: str | None
     scripts: dict = field(default_factory=dict)  # the framework's scripts for its release (job_scripts)
+    flags: frozenset = frozenset()  # the framework flags its release takes (job_flags)
     files: dict = field(default_factory=dict)  # path under the job dir -> text
     notes: list[str] = field(default_factory=list)
 
@@ -195,7 +196,7 @@ def build(matrix, spec: JobSpec, card: str, chips_per_node: int, nnodes: int = 1
                    card={"id": card_row["id"], "name": card_row["name"], "family": family["id"]},
                    chips_per_node=chips_per_node, nnodes=nnodes, precision=precision, memory=est,
                    paths=paths(spec, kind), steps=[], env=env, checkout=checkout, release=release, notes=notes,
-                   scripts=fw_scripts)
+                   scripts=fw_scripts, flags=catalog.flags(matrix, fw, stack))
     plan.steps = steps(plan)
     plan.files = render_files(plan, handler)
     return plan

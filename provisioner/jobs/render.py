@@ -58,6 +58,7 @@ def context(plan, handler: dict) -> dict:
         "model": {**shape.to_dict(), "path": spec.model, "head_dim": shape.head_dim},
         "fwmodel": fwmodel,
         "scripts": dict(plan.scripts),
+        "flags": sorted(plan.flags),  # templates test for a flag by name (job_flags); the text is the template's
         "data": {"path": spec.data.path, "format": spec.data.format, "handler": handler["handler"],
                  "map_keys": dict(spec.data.map_keys), "prompt_type": spec.data.prompt_type or fwmodel.get("prompt_type")},
         "par": par,

@@ -145,3 +145,46 @@ def test_grpo_reference_model_stays_the_initial_weights_after_a_resume(shipped, 
     ref = (cfg["rl_config"].get("integrated_mode_config") or {}).get("ref_model_load_path") or actor_load
     assert ref == p.paths["weights"] == cfg["actor_config"]["load"]
     assert cfg["rl_config"]["use_integrated_worker"] is True  # validate_config.py refuses the section otherwise
+
+
+# -- MindSpeed-LLM ----------------------------------------------------------------------------------------
+
+
+def _mindspeed_llm_stack(stacks, bundle: dict) -> dict:
+    """The MindSpeed-LLM SFT stack with the extra a build of this set writes (release, refs, commits)."""
+    stack = json.loads(json.dumps(stacks["llm"]))
+    extra = stack["extras"]["mindspeed_llm"]
+    extra.update(set=bundle["id"], release=str(bundle["release"]), mindspeed_llm=str(bundle["mindspeed_llm_ref"]),
+                 commits=dict(bundle["commits"]))
+    return stack
+
+
+def _declared(path: Path) -> set[str]:
+    return _argparse_flags(path) if path.is_file() else set()
+
+
+@pytest.mark.parametrize("set_id", ["mindspeed-llm-2.0.0", "mindspeed-llm-2.1.0", "mindspeed-llm-2.2.0",
+                                    "mindspeed-llm-2.3.0", "mindspeed-llm-26.0.0", "mindspeed-llm-26.1.0"])
+def test_mindspeed_llm_sft_pads_to_the_batch_not_the_sequence_length_where_the_release_can(set_id, shipped, stacks,
+                                                                                            sft_job):
+    """Without --no-pad-to-seq-lengths the collator pads every sample to --seq-length (data_samplers.py @
+    1bdd9700: a 300-token sample trains as 4096 tokens); upstream's own tune_qwen25_7b scripts pass it from 2.3.0
+    on. The flag is passed exactly where the set's MindSpeed-LLM declares it (finetune.py of the fixture checkout
+    at the pinned commit; 2.0.0 and 2.1.0 have no such file), and always next to --variable-seq-lengths."""
+    bundle = next(b for b in shipped.rows("llm_bundles") if b["id"] == set_id)
+    finetune = FIXTURES / set_id / "mindspeed_llm" / "mindspeed_llm" / "features_manager" / "finetune" / "finetune.py"
+    declared = _declared(finetune)
+    p = build(shipped, sft_job(SFT), _mindspeed_llm_stack(stacks, bundle))
+    words = set(p.files["steps/03-train.sh"].replace("\\\n", " ").split())
+    assert "--variable-seq-lengths" in words
+    assert ("--no-pad-to-seq-lengths" in words) == ("--no-pad-to-seq-lengths" in declared), (set_id, sorted(declared))
+    if finetune.is_file():
+        assert "--variable-seq-lengths" in declared  # the fixture is the right file
+    assert ("--no-pad-to-seq-lengths" in words) == (set_id not in ("mindspeed-llm-2.0.0", "mindspeed-llm-2.1.0",
+                                                                    "mindspeed-llm-2.2.0"))
+
+
+def test_a_mindspeed_rl_set_names_no_mindspeed_llm_release_so_gets_no_release_bound_flag(shipped, stacks, sft_job):
+    """MindSpeed-RL 2.0.0 carries MindSpeed-LLM 421ef7bc (a commit, no release): job_flags rows do not apply."""
+    p = build(shipped, sft_job(SFT), stacks["rl"])
+    assert "--no-pad-to-seq-lengths" not in p.files["steps/03-train.sh"]

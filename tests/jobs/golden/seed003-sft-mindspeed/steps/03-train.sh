@@ -41,6 +41,7 @@ torchrun \
     --tokenizer-not-use-fast \
     --prompt-type qwen \
     --variable-seq-lengths \
+    --no-pad-to-seq-lengths \
     --padded-samples \
     --use-mcore-models \
     --tensor-model-parallel-size 2 \
