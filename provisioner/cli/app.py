@@ -24,6 +24,7 @@ COMMANDS = {
     "audit": "audit_cmds", "doctor": "audit_cmds",
     "cdi": "device_cmds", "k8s": "device_cmds", "ranktable": "device_cmds", "run-cmd": "device_cmds",
     "build": "image_cmds", "render": "image_cmds",
+    "explain": "explain_cmds",
     "launch": "launch_cmds",
     "matrix": "matrix_cmds", "resolve": "matrix_cmds",
     "selftest": "selftest_cmds",

@@ -183,6 +183,12 @@ SECTIONS: dict[str, Section] = {
         {"instead": opt(STR), **NOTES},
         doc="what the bundled trainer needs from torch_npu, by wheel version (FSDP2, ...)",
     ),
+    "trl_rollout": Section(
+        "trl",
+        {"trl": SPECS},
+        {"vllm": opt(SPECS), "fsdp2_offload_sync_device": opt(STR), **NOTES},
+        doc="what TRL's colocated vLLM rollout needs, by TRL version (the vLLM range, the FSDP2-offload weight sync)",
+    ),
     "torch": Section(
         "version",
         {"version": VER, "python": PY},
@@ -461,6 +467,15 @@ SECTIONS: dict[str, Section] = {
         {"id": STR, "says": TEXT},
         dict(NOTES),
         doc="the sourced sentences an upgrade plan states (install order, reboot, rollback)",
+    ),
+    # --- failure explanations (matrices/errors.yaml) ---
+    "errors": Section(
+        "id",
+        {"id": STR, "role": enum("cause", "consequence", "symptom", "warning"),
+         "kind": enum("device", "memory", "operator", "network", "timeout", "driver", "config", "process"),
+         "says": TEXT},
+        {"match": list_of(STR), "code": opt(STR), "example": opt(STR), "fix": opt(TEXT), **NOTES},
+        doc="error texts of Ascend jobs, their role in a failure, cause and fix (provisioner/explain/rules.py)",
     ),
     # --- host preflight (matrices/preflight.yaml) ---
     "preflight_limits": Section(
