@@ -151,6 +151,7 @@ def render(matrix, stack: Mapping[str, Any], recipe, user: User | None = None, p
         validate.git_ref(stack["apex"].get("ref"), "the stack's apex.ref")
         validate.version_text(stack["apex"].get("setuptools"), "the stack's apex.setuptools")
     root = project.source_root(project_root)
+    _check_python(stack, root)
     proj = project.describe(root)
     row = packages.select(matrix, stack)
     fw = _framework(matrix, stack, recipe, sources or {})
@@ -224,6 +225,27 @@ def render(matrix, stack: Mapping[str, Any], recipe, user: User | None = None, p
         }
     ctx.add(MANIFEST, (json.dumps(ctx.manifest, indent=2, ensure_ascii=False) + "\n").encode())
     return ctx
+
+
+def _check_python(stack: Mapping[str, Any], root: Path | None) -> None:
+    """The image installs this project: the stack's Python must meet the Requires-Python of the source that goes
+    in (the resolver holds every stack it makes to provision's own; a stack made elsewhere is held here)."""
+    from provisioner import version
+    from provisioner.resolve.candidates import floor_ok
+    from provisioner.versions import VersionError
+
+    floor = version.requires_python_at(str(root)) if root is not None else None
+    if floor is None:
+        floor = version.requires_python()
+    python = str(stack.get("python") or "")
+    try:
+        ok = not floor or floor_ok(floor, python)
+    except VersionError:
+        raise ProvisionError(f"the stack's Python {python!r} is not a Python version") from None
+    if not ok:
+        raise ProvisionError(f"the stack's Python {python} is below the Python this project needs ({floor}, its"
+                             " Requires-Python), which every image installs: resolve again (`provision resolve`"
+                             " picks a base image with such a Python) or pass --base-image with one")
 
 
 def build_inputs(pip_conf: str | None = None, gitconfig: str | None = None) -> dict[str, bytes]:

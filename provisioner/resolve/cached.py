@@ -24,7 +24,11 @@ if TYPE_CHECKING:
 
 def cached_resolve(matrix: Matrix, req: Request) -> Stack:
     """`solve.resolve(matrix, req)`, answered from the cache when the same inputs were resolved before."""
-    key = cache.fingerprint(matrix.fingerprint, json.dumps(req.as_dict(), sort_keys=True, default=list))
+    from provisioner.version import requires_python
+
+    # provision's own Requires-Python limits every image's Python (candidates.py): part of the inputs.
+    key = cache.fingerprint(matrix.fingerprint, json.dumps(req.as_dict(), sort_keys=True, default=list),
+                            requires_python())
     name = f"resolve-{key}.json"
     hit: dict | None = cache.read(name) if matrix.fingerprint else None
     if not _usable(hit):  # absent, or not what this code writes: a miss, and rewritten below

@@ -7,6 +7,11 @@ constraint is a predicate on candidates (``Constraint``); ``penalties`` lists
 a candidate's soft problems and ``score`` orders the survivors: fewest soft
 problems, then newest. The solver (solve.py) and the Stack (stack.py) build on
 this; the explanations of a refusal live in explain.py.
+
+Every image this project builds installs provision itself (the trainer, doctor), so an image's Python must
+meet provision's own Requires-Python (pyproject.toml, read from the installed metadata by
+provisioner.version): a candidate whose Python is below that floor is no candidate. The explanations name
+the floor where it is what stands in the way.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from provisioner.errors import ProvisionError
 from provisioner.resolve.driverfit import driver_fit
 from provisioner.resolve.request import Request
 from provisioner.versions import any_match, parse, py_range
@@ -58,6 +64,11 @@ class Context:
         self.os_rank = {o: i for i, o in enumerate(matrix.policy.get("os_preference", []))}
         self._base: list[Candidate] | None = None
         self._sets: dict[tuple, list[str]] = {}
+        self.floor = project_python()
+
+    def floor_ok(self, python: str) -> bool:
+        """Whether provision itself installs on `python` (its Requires-Python)."""
+        return floor_ok(self.floor, python)
 
     # CANN rows a stack may use: releases, plus a pre-release named exactly.
     def cann_rows(self) -> list[dict]:
@@ -100,6 +111,37 @@ class Context:
         return self._base
 
 
+def project_python() -> str:
+    """provision's own Requires-Python (``>=3.10``), the floor of every image's Python ("" when unknown)."""
+    from provisioner.version import requires_python
+
+    return requires_python()
+
+
+def floor_ok(floor: str, python: str) -> bool:
+    """Whether Python `python` (``3.9``) meets the specifier `floor` (``>=3.10``; "" meets all)."""
+    if not floor:
+        return True
+    major, minor = parse(python).minor()
+    return _floor_set(floor).contains(f"{major}.{minor}", prereleases=True)
+
+
+def _floor_set(floor: str):
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    cached = _FLOORS.get(floor)
+    if cached is None:
+        try:
+            cached = _FLOORS[floor] = SpecifierSet(floor)
+        except InvalidSpecifier:
+            raise ProvisionError(f"provision's own Requires-Python {floor!r} (pyproject.toml requires-python) is"
+                                 " not a version specifier: fix it there (an installed copy: reinstall it)") from None
+    return cached
+
+
+_FLOORS: dict = {}
+
+
 def python_ok(py: str, *ranges: str | None) -> bool:
     return all(r is None or py in py_range(r) for r in ranges)
 
@@ -122,7 +164,7 @@ def _pytorch(ctx: Context) -> Iterator[Candidate]:
             if not paired and not in_specs(compat, cann["version"]):
                 continue
             for img in images:
-                if not python_ok(img["python"], wheel_py, cann.get("python")):
+                if not python_ok(img["python"], wheel_py, cann.get("python")) or not ctx.floor_ok(img["python"]):
                     continue
                 soft = []
                 if not paired:
@@ -172,7 +214,7 @@ def _mindspore(ctx: Context) -> Iterator[Candidate]:
         if cann is None or cann not in ctx.cann_rows():
             continue
         for img in ctx.images(cann):
-            if not python_ok(img["python"], ms.get("python"), cann.get("python")):
+            if not python_ok(img["python"], ms.get("python"), cann.get("python")) or not ctx.floor_ok(img["python"]):
                 continue
             soft = []
             if not ms["on_pypi"]:

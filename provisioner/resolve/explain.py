@@ -1,5 +1,6 @@
 """Why no stack fits: each constraint that cannot be met alone, each pair that cannot go together,
-in the matrix's own words (the reasons of a ResolveError).
+in the matrix's own words (the reasons of a ResolveError). Where provision's own Python floor (its
+Requires-Python, which every image it builds must meet) is what stands in the way, the reason says so.
 """
 
 from __future__ import annotations
@@ -25,6 +26,38 @@ def _values(cands: list[Candidate], dim: str) -> list[str]:
     return sort_versions(vals)
 
 
+def floor_words(ctx: Context) -> str:
+    """provision's Python floor in words, for a refusal."""
+    return (f"provision itself, which every image it builds installs, needs Python {ctx.floor} (its"
+            " Requires-Python)")
+
+
+def _below_floor(ctx: Context, cann_rows: list[dict]) -> tuple[list[str], list[str]] | None:
+    """(CANN versions, their listed images' Pythons) when those CANN releases have listed images for the chip but
+    none with a Python provision installs on; None when one has, or the base image is the user's."""
+    if ctx.req.base_image or not ctx.floor or not ctx.chip:
+        return None
+    have: set[str] = set()
+    canns = []
+    for row in cann_rows:
+        pys = {i["python"] for i in ctx.m.images(row["version"], ctx.chip) if not i["devel"]}
+        if any(ctx.floor_ok(p) for p in pys):
+            return None
+        if pys:
+            have |= pys
+            canns.append(row["version"])
+    return (canns, sort_versions(have)) if canns else None
+
+
+def _floor_way(ctx: Context, canns: list[str], have: list[str]) -> str:
+    """The listed images of `canns` offer Python `have`, below the floor: that, and the ways forward."""
+    chip = ctx.chip or ctx.family["id"]
+    fits = sort_versions({c["cann"] for c in ctx.base()})
+    return (f"the listed CANN {' and '.join(canns)} images for chip {chip} offer Python {', '.join(have)} only, and"
+            f" {floor_words(ctx)}: pass --base-image with a CANN {' or '.join(canns)} image that has such a Python,"
+            f" or use a newer CANN (listed images with such a Python: CANN {span(fits)})")
+
+
 def _alone_reason(ctx: Context, con: Constraint) -> str:
     """Why a single constraint cannot be met on this card, in the matrix's words."""
     m, req, fam = ctx.m, ctx.req, ctx.family
@@ -48,6 +81,8 @@ def _alone_reason(ctx: Context, con: Constraint) -> str:
             return (f"torch_npu {req.torch_npu} (released with CANN {row['cann']}) is not on PyPI: it exists only as a"
                     f" release asset of Ascend/pytorch on gitee/gitcode, so pip cannot install it{hint or '; no build of torch ' + prefix + ' is on PyPI'}"
                     " (if you mirror it into your own index, an overlay row with on_pypi: true makes it usable)")
+        if (cann_row := m.cann(row["cann"])) and (low := _below_floor(ctx, [cann_row])) is not None:
+            return f"torch_npu {req.torch_npu} (released with CANN {row['cann']}): " + _floor_way(ctx, *low)
         return (f"torch_npu {req.torch_npu} (released with CANN {row['cann']}) has no listed base image for chip {chip}"
                 " with a Python it supports (pass --base-image to use an image you know)")
     if con.name == "cann":
@@ -62,6 +97,8 @@ def _alone_reason(ctx: Context, con: Constraint) -> str:
                     f" (listed CANN {row['version']} images: {', '.join(chips) or 'none'}); the list holds today's"
                     " official tags and earlier ones seen published, so one may still exist:"
                     " pass --base-image to use an image you know")
+        if (low := _below_floor(ctx, [row])) is not None:
+            return f"--cann {req.cann}: " + _floor_way(ctx, *low)
         return f"no torch_npu/MindSpore build in the matrix works with CANN {row['version']} on chip {chip}"
     if con.name == "torch" and (want := req.torch):
         wheels = [r for r in m.rows("torch_npu") if r.get("cann") and same_torch(want, r["torch"])]
@@ -90,10 +127,17 @@ def _alone_reason(ctx: Context, con: Constraint) -> str:
         return msg + (f"; no CANN {row['cann']} base image for chip {chip} is listed"
                       " (one may still exist: pass --base-image to use an image you know)")
     if con.name == "python":
+        if req.python and not ctx.floor_ok(req.python):
+            return (f"--python {req.python} is below the Python provision runs on: {floor_words(ctx)}"
+                    f" (available: {', '.join(_values(base, 'python'))})")
         return f"no stack for chip {chip} offers Python {req.python} (available: {', '.join(_values(base, 'python'))})"
     if con.name == "os":
         return f"no listed image for chip {chip} runs {req.os} (available: {', '.join(_values(base, 'os'))})"
     if con.name == "driver" and (driver := req.driver):
+        runs = [r for r in ctx.cann_rows() if driver_fit(driver, r, m) != "no"]
+        if runs and (low := _below_floor(ctx, runs)) is not None:
+            return (f"driver {req.driver} runs CANN {', '.join(low[0])} (of those with an official image), and "
+                    + _floor_way(ctx, *low) + ", which needs an Ascend HDK upgrade")
         fits = [r["version"] for r in ctx.cann_rows() if driver_fit(driver, r, m) == "ok"]
         where = f"it is paired with or listed for CANN {', '.join(fits)}" if fits else "no CANN release lists it"
         return f"driver {req.driver} is too old for every CANN with an official image for chip {chip}; {where}"

@@ -310,8 +310,11 @@ def refusal(matrix, opts: dict, record: dict, exc: ResolveError) -> ResolveError
     family = matrix.lookup_card(named)[1] if named else None
     if family is None or opts.get("base_image") or prof.get("base_image"):
         return ResolveError(reasons[0], reasons=reasons, alternatives=alternatives)
+    from provisioner.resolve.candidates import project_python
+
+    floor = project_python()  # every image installs provision: an image below its Python floor opens nothing
     try:
-        look = outlook(matrix, driver, family)
+        look = outlook(matrix, driver, family, floor)
     except ValueError:  # an unparsable driver version: the solver's words stand
         look = None
     if not look or look["fits"] or not look["oldest"]:
@@ -321,8 +324,13 @@ def refusal(matrix, opts: dict, record: dict, exc: ResolveError) -> ResolveError
     chip = look["chip"]
     oldest = look["oldest"]
     what = "is older than every" if look["older"] else "runs no"
+    # CANN releases whose images all have an older Python are left out: the words say so where any were.
+    with_py = f" with the Python provision needs ({floor}, its Requires-Python)" if look["below"] else ""
     first = (f"the driver of {_where(record)}, {driver} ({record['driver']['file']}), {what} CANN with an official"
-             f" image for chip {chip}: the oldest, CANN {oldest['cann']}, needs HDK {oldest['needs']}")
+             f" image for chip {chip}{with_py}: the oldest, CANN {oldest['cann']}, needs HDK {oldest['needs']}")
+    if look["below_floor"]:
+        first += (f" (the driver runs CANN {', '.join(look['below_floor'])}, whose listed images have an older"
+                  " Python)")
     out = [first]
     alts = []
     free = {k: v for k, v in opts.items() if k != "driver"}
@@ -340,8 +348,10 @@ def refusal(matrix, opts: dict, record: dict, exc: ResolveError) -> ResolveError
         # Shown as the placeholder the hint names (the probe only stands in for a valid reference).
         today = {**today, "base_image": {**today["base_image"], "ref": BASE_PLACEHOLDER}}
         cann = today["cann"]["version"]
+        none = (f"no official CANN {cann} image for chip {chip} with Python {floor} is listed" if
+                cann in look["below_floor"] else f"no official CANN {cann} image for chip {chip} is listed")
         out.append(f"the newest stack driver {driver} runs today: {summary(today)}, on your own CANN {cann} base image"
-                   f" (--base-image {BASE_PLACEHOLDER}): no official CANN {cann} image for chip {chip} is listed")
+                   f" (--base-image {BASE_PLACEHOLDER}) with Python {today['python']}: {none}")
         alts.append({**today, "relaxed": [f"an official base image (pass --base-image {BASE_PLACEHOLDER}: your own"
                                           f" CANN {cann} image)"]})
     else:
@@ -357,31 +367,43 @@ def _needs(matrix, cann: str) -> str:
     return driverfit.needs(matrix, row)[0] if row else "no published HDK pairing"
 
 
-def outlook(matrix, driver: str, family: dict) -> dict:
-    """How a driver stands against the CANN releases with an official image for a family's chip.
+def outlook(matrix, driver: str, family: dict, floor: str = "") -> dict:
+    """How a driver stands against the CANN releases with an official image for a family's chip (with `floor`, a
+    Requires-Python specifier: an image with a Python that meets it).
 
     Returns {chip, fits: CANN versions it runs (a fit other than "no"), oldest / newest: {cann, needs} of the
     oldest and newest CANN with an image (None without any), older: the driver is older than every HDK listed
-    for the oldest}. Raises ValueError (VersionError) for a driver version that cannot be compared.
+    for the oldest, below: CANN versions whose images all have a Python below `floor`, below_floor: those of them
+    the driver runs}. Raises ValueError (VersionError) for a driver version that cannot be compared.
     """
     from provisioner.resolve import driverfit
+    from provisioner.resolve.candidates import floor_ok
     from provisioner.versions import V
 
     chip = family.get("image_chip")
     rows = []
+    below = []
     if chip:
         for row in matrix.rows("cann"):
-            if row["status"] == "release" and any(not i["devel"] for i in matrix.images(row["version"], chip)):
+            if row["status"] != "release":
+                continue
+            pythons = [i["python"] for i in matrix.images(row["version"], chip) if not i["devel"]]
+            if any(floor_ok(floor, p) for p in pythons):
                 rows.append(row)
+            elif pythons:
+                below.append(row)
     rows.sort(key=lambda r: V(r["version"]).key)
     fits = [r["version"] for r in rows if driverfit.driver_fit(driver, r, matrix) != "no"]
+    below_fits = [r["version"] for r in sorted(below, key=lambda r: V(r["version"]).key)
+                  if driverfit.driver_fit(driver, r, matrix) != "no"]
 
     def needs(row):
         return {"cann": row["version"], "needs": driverfit.needs(matrix, row)[0]}
 
     low = driverfit.lowest(driverfit.hdk_row(matrix, rows[0])[0]) if rows else None
     return {"chip": chip, "fits": fits, "oldest": needs(rows[0]) if rows else None,
-            "newest": needs(rows[-1]) if rows else None, "older": low is not None and V(driver) < low}
+            "newest": needs(rows[-1]) if rows else None, "older": low is not None and V(driver) < low,
+            "below": [r["version"] for r in below], "below_floor": below_fits}
 
 
 # ----------------------------------------------------------------- OS family

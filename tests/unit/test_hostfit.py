@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from provisioner import version
 from provisioner.cli import app, main
 from provisioner.host import buildfacts, fakehost
 from provisioner.matrix import loader
@@ -58,8 +59,9 @@ def m():
 
 
 # fixture host -> (its driver, the card picked from npu-smi, the CANN chosen, the container OS)
+# (seed-300ta2-kylin, driver 23.0.7, runs only CANN 7.0.0, whose images' Python is below provision's own: it is
+# refused with the upgrade and its own base image, tests/unit/test_python_floor.py)
 HOSTS = {
-    "seed-300ta2-kylin": ("23.0.7", "800T-A2", "7.0.0", "ubuntu22.04"),      # Kylin: no image of its family
     "fit-800ta2-24.1rc3": ("24.1.rc3", "800T-A2", "8.2.RC1", "ubuntu22.04"),
     "seed-800ta2": ("25.0.rc1.1", "800T-A2", "8.5.0", "ubuntu22.04"),
     "a3-16": ("25.2.1", "800T-A3", "8.5.0", "openeuler24.03"),             # openEuler host: openEuler image
@@ -127,8 +129,10 @@ def test_a_driver_older_than_every_official_image_is_refused_with_the_upgrade(ca
     assert code == 2 and out == ""
     first, *rest = err.splitlines()
     assert first.startswith("provision: refused: the driver of the host read from --root, ")
+    # CANN 7.0.0's images have Python 3.8/3.9, below provision's own Requires-Python: the oldest is 8.0.RC2
     assert "23.0.rc3 (/usr/local/Ascend/driver/version.info), is older than every CANN with an official image for" \
-           " chip 910b: the oldest, CANN 7.0.0, needs HDK 23.0.3 or 23.0.1 (paired)" in first
+           f" chip 910b with the Python provision needs ({version.requires_python()}, its Requires-Python): the" \
+           " oldest, CANN 8.0.RC2, needs HDK 24.1.RC2 (paired)" in first
     text = "\n".join(rest)
     assert "to open the newest stack (800T-A2, CANN 9.1.0, " in text
     assert "upgrade the Ascend HDK (driver and firmware) to one CANN 9.1.0 lists: 26.1.0 (paired)" in text

@@ -119,11 +119,19 @@ def test_old_driver_with_cann_8_5(m):
     assert err.alternatives[0]["cann"]["version"] == "8.5.0"
 
 
-def test_cann_7_driver_now_gets_the_cann_7_stack(m):
+def test_cann_7_driver_now_gets_the_cann_7_stack(m, monkeypatch):
     # HDK 23.0.3 pairs with CANN 7.0.0 only. torch_npu 2.1.0 (CANN 7.0.0) was marked "not on PyPI" and the
     # 7.0.1 images, dropped from today's list, were absent: the driver was "too old for every CANN".
+    # Those images have Python 3.8/3.9 only, below provision's own Requires-Python: the stack needs the user's
+    # own CANN 7.0.0 image (tests/unit/test_python_floor.py); the image facts are checked without the floor.
     err = refused(m, card="800T-A2", driver="23.0.3", cann="8.5.0")
-    assert "driver 23.0.3 fits CANN 7.0.0" in err.reasons[0]
+    assert "driver 23.0.3 runs CANN 7.0.0" in err.reasons[0] and "--base-image" in err.reasons[0]
+    s = stack(m, card="800T-A2", driver="23.0.3", arch="aarch64", base_image="my/cann:7.0.0")
+    assert (s["torch_npu"]["version"], s["cann"]["version"], s["python"]) == ("2.1.0", "7.0.0", "3.10")
+    from provisioner import version
+
+    monkeypatch.setattr(version, "_cached_python", "")
+    assert "driver 23.0.3 fits CANN 7.0.0" in refused(m, card="800T-A2", driver="23.0.3", cann="8.5.0").reasons[0]
     s = stack(m, card="800T-A2", driver="23.0.3", arch="aarch64")
     assert (s["torch_npu"]["version"], s["cann"]["version"]) == ("2.1.0", "7.0.0")
     assert s["base_image"]["tag"].startswith("7.0.1-910b-")

@@ -1,10 +1,15 @@
 """Stacks the resolver refused because of wrong matrix flags, found now that `matrix verify` corrected them.
 
 Each test names the request, what the resolver answered before the corrections, and the fact that
-changed (recorded in the row's notes with its evidence)."""
+changed (recorded in the row's notes with its evidence).
+
+These are facts of the matrix (a wheel, an image); the stacks of the oldest of them have only images whose
+Python is below provision's own Requires-Python, so they are checked under `no_floor` (a provision that would
+install there), and with the floor they ask for --base-image (tests/unit/test_python_floor.py says why)."""
 
 import pytest
 
+from provisioner import version
 from provisioner.errors import ResolveError
 from provisioner.matrix import loader
 from provisioner.resolve import request
@@ -14,6 +19,11 @@ from provisioner.resolve import solve as resolve
 @pytest.fixture(scope="module")
 def m():
     return loader.load(use_cache=False)
+
+
+@pytest.fixture
+def no_floor(monkeypatch):
+    monkeypatch.setattr(version, "_cached_python", "")
 
 
 def stack(m, **kw):
@@ -27,7 +37,7 @@ def unlisted(s) -> bool:
 
 @pytest.mark.parametrize("wheel, cann", [("2.2.0", "8.0.RC1"), ("2.2.0.post2", "8.0.RC2"), ("2.1.0.post6", "8.0.RC2"),
                                          ("2.3.1", "8.0.RC2"), ("2.1.0.post3", "8.0.RC1"), ("2.1.0", "7.0.0")])
-def test_wheels_with_only_cp38_cp310_are_installable(m, wheel, cann):
+def test_wheels_with_only_cp38_cp310_are_installable(m, wheel, cann, no_floor):
     # was: "torch_npu X is not on PyPI: it exists only as a release asset ..." (presence read through one
     # Python); and their CANN had no image in today's list
     s = stack(m, card="800T-A2", torch_npu=wheel)
@@ -36,7 +46,16 @@ def test_wheels_with_only_cp38_cp310_are_installable(m, wheel, cann):
     assert unlisted(s)  # the image comes from the earlier published tags, with --base-image advice
 
 
-def test_cann_releases_that_got_no_stack(m):
+@pytest.mark.parametrize("wheel, cann", [("2.2.0", "8.0.RC1"), ("2.1.0.post3", "8.0.RC1"), ("2.1.0", "7.0.0")])
+def test_wheels_whose_images_are_below_the_floor_build_on_ones_own_image(m, wheel, cann):
+    with pytest.raises(ResolveError) as err:
+        stack(m, card="800T-A2", torch_npu=wheel)
+    assert "offer Python 3.8, 3.9 only, and provision itself" in err.value.reasons[0]
+    s = stack(m, card="800T-A2", torch_npu=wheel, base_image=f"my/cann:{cann.lower()}")
+    assert (s["torch_npu"]["version"], s["cann"]["version"], s["python"]) == (wheel, cann, "3.10")
+
+
+def test_cann_releases_that_got_no_stack(m, no_floor):
     # was: "no official CANN 8.0.RC2 base image exists for chip 910b"
     for cann in ("8.0.RC1", "8.0.RC2", "7.0.0"):
         s = stack(m, card="800T-A2", cann=cann)
@@ -82,7 +101,7 @@ def test_x86_64_pin_rule_per_torch_line(m):
     assert "pins torch==2.12.0; the +cpu build satisfies it" in s["explain"]["torch_requirement"]
     s = stack(m, card="800T-A2", torch="2.5.1", arch="x86_64")
     assert "pins torch==2.5.1+cpu" in s["explain"]["torch_requirement"]
-    s = stack(m, card="800T-A2", torch_npu="2.2.0", arch="x86_64")
+    s = stack(m, card="800T-A2", torch_npu="2.2.0", arch="x86_64", base_image="my/cann:8.0.rc1")
     assert "pins no torch version" in s["explain"]["torch_requirement"]
 
 
