@@ -5,9 +5,10 @@
 
 For each set it resolves, with `uv pip compile --universal`, the set's framework
 (`resolved_with`), its top-level `pins` and this project's own requirements
-(pyproject.toml: dependencies + the `train` extra for PyTorch sets) for every
-Python from the set's lower bound up, and prints the YAML to paste into the
-row. Each extra (`extras: NAME: {pins, requires}`) is resolved on top of the
+(pyproject.toml: dependencies + the extras the framework's recipe installs,
+images/*.yaml `project_extras`: train, grpo and plot for PyTorch sets) for
+every Python from the set's lower bound (or the project's requires-python, if
+higher) up, and prints the YAML to paste into the row. Each extra (`extras: NAME: {pins, requires}`) is resolved on top of the
 base lock (constrained to it), so it only adds lines.
 
 Why these exclusions: x86_64 takes torch's `+cpu` build from PyTorch's CPU
@@ -36,11 +37,30 @@ DROP = re.compile(r"^(nvidia-|cuda-|triton\b|torch\b|torch-npu\b|mindspore\b)", 
 FOREIGN = re.compile(r"sys_platform == '(win32|emscripten|darwin)'(?! and| or)|platform_system == 'Windows'")
 
 
+def recipe_extras(framework: str) -> list[str]:
+    """The project extras the framework's default recipe installs (images/*.yaml `project_extras`)."""
+    for path in sorted((ROOT / "images").glob("*.yaml")):
+        doc = yaml.safe_load(path.read_text())
+        if doc.get("framework") == framework and doc.get("default", framework != "pytorch"):
+            return list(doc.get("project_extras") or [])
+    return []
+
+
+def project_python() -> str:
+    """The lowest Python this project installs on (pyproject.toml requires-python, `>=3.X`): a lock starts there,
+    since the image installs the project on top of it (math-verify, for one, has no release for older ones)."""
+    spec = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    found = re.fullmatch(r"\s*>=\s*(\d+\.\d+)\s*", spec)
+    if not found:
+        raise SystemExit(f"pyproject.toml: requires-python {spec!r} is not of the form >=X.Y")
+    return found.group(1)
+
+
 def project_requirements(framework: str) -> list[str]:
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     reqs = list(meta["dependencies"])
-    if framework == "pytorch":
-        reqs += [r for r in meta["optional-dependencies"]["train"] if not re.match(r"torch\b", r)]
+    for extra in recipe_extras(framework):
+        reqs += [r for r in meta["optional-dependencies"][extra] if not re.match(r"torch\b", r)]
     return reqs
 
 
@@ -91,7 +111,7 @@ def _simplify(line: str) -> str:
 
 def resolve_set(row: dict) -> dict:
     framework = "mindspore" if row.get("mindspore") else "pytorch"
-    python = row["python"].split("-")[0]
+    python = max(row["python"].split("-")[0], project_python(), key=lambda v: tuple(int(x) for x in v.split(".")))
     pins = [f"{k}=={v}" for k, v in sorted(row["pins"].items())]
     base_inputs = list(row["resolved_with"]) + pins + project_requirements(framework)
     overrides = [r for r in row["resolved_with"] if re.match(r"torch\s*==", r)]

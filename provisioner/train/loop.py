@@ -143,7 +143,8 @@ class Trainer:
             [len(e) for e in self.train_ex], [e.n_targets for e in self.train_ex], cfg.packing is not False
         )
         self.plan = memory_fit.plan(
-            cfg, self.world.size, self.prec.name, capacity, label, self.attn, dev.type, targets=targets
+            cfg, self.world.size, self.prec.name, capacity, label, self.attn, dev.type, targets=targets,
+            held=memory_fit.held_memory(cfg.card, dev),
         )
         for line in self.plan.lines():
             self._info(line)
@@ -444,16 +445,18 @@ class Trainer:
         merged_dir = self.out / "merged" if cfg.export_merged else None
         self._export(final_dir, merged_dir, engine)
         peak = self._measured_peak()
+        curve: Path | None = None  # drawn by the main rank only, and only with matplotlib
         if self.world.is_main:
             rows = read_metrics(self.out / cfg.metrics_file)
-            curve = self.out / "loss_curve.png"
-            loss_curve(
-                curve,
+            path = self.out / "loss_curve.png"
+            drawn = loss_curve(
+                path,
                 [(r["step"], r["loss"]) for r in rows],
                 [(r["step"], r["eval_loss"]) for r in rows if r.get("eval_loss") is not None],
                 title=f"{cfg.method} fine-tuning of {Path(cfg.model).name} ({engine.name}, {self.world.size} device"
                 + ("s)" if self.world.size > 1 else ")"),
             )
+            curve = path if drawn else None
         dist.barrier()
         if not last and self._metric_rows():  # resumed from the final checkpoint: nothing left to run
             last = self._metric_rows()[-1]
@@ -486,7 +489,7 @@ class Trainer:
             "checkpoint": None if last_ckpt is None else str(last_ckpt),
             "final_dir": str(final_dir),
             "merged_dir": None if merged_dir is None else str(merged_dir),
-            "loss_curve": str(self.out / "loss_curve.png"),
+            "loss_curve": None if curve is None else str(curve),
             "memory": memory_fit.record(self.plan, peak),
         }
         if self.world.is_main:

@@ -95,6 +95,7 @@ def test_grpo_raises_a_learnable_reward_with_kl_and_clipping(tmp_path, capsys, p
 
     height, width = matplotlib.image.imread(str(out / "loss_curve.png")).shape[:2]
     assert (width, height) == (800, 720)  # the loss panel and the reward panel
+    assert summary["loss_curve"] == str(out / "loss_curve.png")
     from transformers import AutoModelForCausalLM
 
     AutoModelForCausalLM.from_pretrained(out / "final")
@@ -103,7 +104,10 @@ def test_grpo_raises_a_learnable_reward_with_kl_and_clipping(tmp_path, capsys, p
     assert summary["memory"]["estimate_gib"] > 0 and summary["memory"]["measured_peak_gib"] > 0
 
 
-def test_grpo_lora_exports_adapter_and_merged_model(tmp_path, capsys, peaked_model):
+def test_grpo_lora_exports_adapter_and_merged_model(tmp_path, capsys, monkeypatch, peaked_model):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # no matplotlib: no curve, and the summary says so
     cfg = write_config(
         tmp_path / "cfg.yaml",
         model=str(peaked_model),
@@ -122,6 +126,7 @@ def test_grpo_lora_exports_adapter_and_merged_model(tmp_path, capsys, peaked_mod
     assert [r["step"] for r in rows] == [1, 2] and set(rows[0]["rewards"]) == {"math", "format"}
     assert summary["checkpoint"] is None  # save_steps 0: no checkpoints, only the export
     out = tmp_path / "out"
+    assert summary["loss_curve"] is None and not (out / "loss_curve.png").exists()
     assert (out / "final" / "adapter_model.safetensors").is_file()
     from transformers import AutoModelForCausalLM
 

@@ -87,6 +87,7 @@ def test_full_run_loss_falls_with_metrics_eval_and_checkpoints(tmp_path, capsys,
     assert [p.name for p in ckpt.complete_checkpoints(out)] == ["step-00000008", "step-00000012"]
     assert not list((out / "checkpoints").glob(".*"))
     assert png_size(out / "loss_curve.png") == (800, 480)
+    assert summary["loss_curve"] == str(out / "loss_curve.png")
     # The exported model is a plain transformers checkpoint with the trained weights.
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
@@ -128,6 +129,20 @@ def test_lora_run_exports_adapter_and_merged_weights(tmp_path, capsys, tiny_mode
         plain = AutoModelForCausalLM.from_pretrained(tiny_model_dir)(input_ids=ids).logits
     assert not torch.allclose(plain, merged(input_ids=ids).logits, atol=1e-3)  # training changed something
     assert summary["merged_dir"] == str(out / "merged")
+
+
+@pytest.mark.slow
+def test_no_matplotlib_no_curve_and_the_summary_says_null(tmp_path, capsys, monkeypatch, tiny_model_dir,
+                                                           alpaca_file):
+    """Without matplotlib no PNG is drawn: the summary names no file that does not exist."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
+    summary = run_cli(capsys, base_cfg(tmp_path, tiny_model_dir, alpaca_file, method="lora", max_steps=2))
+    out = tmp_path / "out"
+    assert not (out / "loss_curve.png").exists()
+    assert summary["loss_curve"] is None
+    assert json.loads((out / "summary.json").read_text())["loss_curve"] is None
 
 
 def test_accumulation_equals_a_bigger_micro_batch(tmp_path, capsys, tiny_model_dir, alpaca_jsonl):

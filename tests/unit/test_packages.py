@@ -38,12 +38,26 @@ def test_every_set_is_exactly_pinned_and_consistent(m):
         assert row.get("source") and row.get("notes"), row["id"]
 
 
+def _project_pythons(row) -> list[str]:
+    """The set's Pythons this project installs on (pyproject.toml requires-python)."""
+    import tomllib
+    from packaging.specifiers import SpecifierSet
+
+    spec = SpecifierSet(tomllib.loads((project.source_root() / "pyproject.toml").read_text())["project"]
+                        ["requires-python"])
+    return [p for p in _pythons(row) if spec.contains(f"{p}.0")]
+
+
 @pytest.mark.parametrize("arch", ["x86_64", "aarch64"])
 def test_every_set_covers_this_projects_requirements_on_every_python(m, arch):
+    """Each recipe's project extras (the pytorch recipe's train, grpo and plot: the trainer's own libraries) are
+    met by every set of its framework, on every Python of the set the project installs on."""
+    from provisioner.image import recipes
+
     proj = project.describe(project.source_root())
     for row in m.rows("packages"):
-        extras = () if row.get("mindspore") else ("train",)
-        for python in _pythons(row):
+        extras = recipes.load("mindspore" if row.get("mindspore") else "pytorch").project_extras
+        for python in _project_pythons(row):
             stack = _stack(row, python, arch)
             packages.check_project(row, stack, list(proj.requirements), extras)
             names = [Requirement(line).name.lower() for line, _ in packages.active_lines(row["lock"], stack)]

@@ -57,7 +57,7 @@ def test_progress_live_redraws_one_line():
 def test_recipes_load_and_choose():
     assert recipes.names() == ["mindspeed-llm", "mindspore", "pytorch"]
     pytorch = recipes.load("pytorch")
-    assert pytorch.default and pytorch.project_extras == ("train",)
+    assert pytorch.default and pytorch.project_extras == ("train", "grpo", "plot")
     stack = {"framework": "pytorch", "extras": {}, "apex": None}
     assert recipes.choose(stack).name == "pytorch"
     assert recipes.choose({**stack, "extras": {"mindspeed_llm": {"set": "x"}}}).name == "mindspeed-llm"

@@ -58,6 +58,8 @@ CASES = {
     "800T-A2-mindformers-1.8.0-aarch64": ["--card", "800T-A2", "--recipe", "mindspore", "--with", "mindformers",
                                           "--mindspore", "2.7.2", "--arch", "aarch64"],
     "profile-a2-torch2.1-lora-deepspeed": ["--profile", "a2-torch2.1-lora-deepspeed", "--arch", "x86_64"],
+    # The stack issue 22 names: its lock carries the trainer's GRPO and plotting libraries.
+    "800T-A2-torch2.7.1-x86_64": ["--card", "800T-A2", "--torch", "2.7.1", "--arch", "x86_64"],
     # What the image tests build: the overlay's torch 2.13 pairing on the local Debian base.
     "300T-A2-torch2.13-local-base": ["--card", "300T-A2", "--torch", "2.13.0", "--arch", "x86_64",
                                      "--base-image", "provision-local/debian-python:bookworm",
@@ -311,6 +313,32 @@ def test_strict_undefined_fails_the_render():
 
     with pytest.raises(jinja2.UndefinedError):
         templates.template_env().from_string("FROM {{ stack.base_imag }}").render(stack={"base_image": {}})
+
+
+def _locked(path: Path) -> dict[str, str]:
+    from packaging.requirements import Requirement
+
+    out = {}
+    for line in (path / "requirements.lock").read_text().splitlines():
+        if line and not line.startswith(("#", "-")):
+            req = Requirement(line)
+            out[req.name.lower()] = str(next(iter(req.specifier)).version)
+    return out
+
+
+def test_the_trainers_own_libraries_are_in_the_lock(rendered):
+    """method: grpo (TRL, datasets, math-verify) and the loss curve (matplotlib) run in the image as built; the
+    default GRPO settings (loss_type dapo, scale_rewards group) need TRL 0.22 (provisioner/train/trl.yaml)."""
+    from packaging.version import Version
+
+    locked = _locked(rendered["800T-A2-torch2.7.1-x86_64"])
+    assert {"trl", "datasets", "math-verify", "matplotlib"} <= set(locked), sorted(locked)
+    assert Version(locked["trl"]) >= Version("0.22")
+    # torch 2.1's set pins transformers 4.46.3: TRL 0.17.0 is the newest it pairs with (the trainer then picks
+    # the defaults that release has)
+    old = _locked(rendered["profile-a2-torch2.1-lora-deepspeed"])
+    assert old["trl"] == "0.17.0" and {"datasets", "math-verify", "matplotlib"} <= set(old)
+    assert "provisioner[train,grpo,plot]" in (rendered["800T-A2-torch2.7.1-x86_64"] / "Dockerfile").read_text()
 
 
 def test_golden_directory_has_only_known_cases():
