@@ -125,11 +125,11 @@ def gather(root: str | Path = "/", *, npu_smi_outputs: list | tuple = (), saved:
             res = run_command([str(smi), "info", "-m"], timeout)
             mapping_text = res["stdout"] if res["rc"] == 0 and not res["error"] else None
     if table is None:
-        if smi is None and not npu_smi_outputs:
-            missing["chips"] = "npu-smi not found on this host (it comes with the Ascend driver)"
-        elif not may_run:
+        if not may_run:
             missing["chips"] = ("another host's tree: nothing on it is run; pass its saved `npu-smi info` with"
                                 " --npu-smi-output FILE or a collection file with --saved FILE")
+        elif smi is None:
+            missing["chips"] = "npu-smi not found on this host (it comes with the Ascend driver)"
         else:
             missing["chips"] = facts["npu_smi_error"] or "npu-smi printed no table"
     else:

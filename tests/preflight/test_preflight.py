@@ -1,0 +1,253 @@
+"""`provision preflight` on the fixture hosts (tests/fixtures/preflight): each broken host is one failing line
+with its fix, the clean host passes, the JSON lists every check; the checks' edges on edited facts; the live
+path through stand-in tools; bad input."""
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from provisioner.cli import main
+from provisioner.matrix import loader
+from provisioner.preflight import bandwidth, report
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "preflight"
+CHECKS = ["chip-health", "chip-ecc", "chip-temperature", "chip-power", "chip-hbm-in-use", "chip-processes",
+          "npu-net-config", "npu-subnet", "npu-link", "npu-net-health", "npu-tls", "npu-ping", "clock-skew",
+          "hccl-bandwidth", "chip-stress"]
+# host -> the one failing check and words its message names
+BROKEN = {
+    "preflight-busy-chip": ("chip-processes", "NPU 3: pid 1203463 python3.10"),
+    "preflight-ecc-error": ("chip-ecc", "NPU 5: hbm double 2"),
+    "preflight-link-down": ("npu-link", "NPU 6: DOWN"),
+    "preflight-wrong-subnet": ("npu-subnet", "NPU 2: 29.2.140.17/16 is not in the subnet of its gateway 29.1.0.1"),
+}
+
+
+def args(name):
+    return ["preflight", "--root", str(FIXTURES / name / "tree"), "--saved", str(FIXTURES / name / "npu_info_before.txt")]
+
+
+def run_json(name, *extra, capsys):
+    rc = main([*args(name), *extra, "--json"])
+    out = capsys.readouterr()
+    assert out.err == ""
+    doc = json.loads(out.out)
+    assert doc["exit_code"] == rc and doc["schema"] == "provision.preflight/1"
+    return rc, doc
+
+
+@pytest.fixture(scope="module")
+def matrix():
+    return loader.load([])
+
+
+def test_clean_host_passes_and_lists_every_check(capsys):
+    rc, doc = run_json("preflight-clean", capsys=capsys)
+    assert rc == 0
+    assert [c["id"] for c in doc["checks"]] == CHECKS
+    status = {c["id"]: c["status"] for c in doc["checks"]}
+    assert not [k for k, v in status.items() if v in ("fail", "warn")]
+    # what could not be measured here is n/a, never pass
+    assert {k for k, v in status.items() if v == "n/a"} == {"chip-temperature", "chip-power", "npu-ping",
+                                                            "hccl-bandwidth", "chip-stress"}
+    assert len(doc["chips"]) == 8 and doc["tools_run"] is False
+    assert doc["summary"] == {"fail": 0, "warn": 0, "n/a": 5, "pass": 10}
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_each_broken_host_is_one_failing_line_with_its_fix(name, capsys):
+    check, words = BROKEN[name]
+    rc, doc = run_json(name, capsys=capsys)
+    failing = [c for c in doc["checks"] if c["status"] == "fail"]
+    assert rc == 2 and [c["id"] for c in failing] == [check]
+    assert words in failing[0]["message"] and failing[0]["fix"]
+    assert not [c for c in doc["checks"] if c["status"] == "warn"]
+    # the text report: one line per check, the failing one with its fix
+    assert main(args(name)) == 2
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(CHECKS) + 2
+    line = next(x for x in lines if x.startswith("FAIL"))
+    assert check in line and words in line and "-> fix:" in line
+
+
+def _edited(tmp_path, name, old, new, conf=None):
+    src = FIXTURES / name
+    dest = tmp_path / name
+    shutil.copytree(src, dest)
+    saved = dest / "npu_info_before.txt"
+    text = saved.read_text()
+    assert old in text
+    saved.write_text(text.replace(old, new))
+    if conf:
+        (dest / "tree/etc/hccn.conf").write_text(conf((dest / "tree/etc/hccn.conf").read_text()))
+    return dest
+
+
+def _run(matrix, host, **kw):
+    return report.run(matrix, str(host / "tree"), saved=[str(host / "npu_info_before.txt")], **kw)
+
+
+def _status(doc, check):
+    return next((c["status"], c["message"]) for c in doc["checks"] if c["id"] == check)
+
+
+def test_tls_switch_that_differs_fails(matrix, tmp_path):
+    host = _edited(tmp_path, "preflight-clean", "dev_id:4, tls switch[0]", "dev_id:4, tls switch[1]")
+    status, message = _status(_run(matrix, host), "npu-tls")
+    assert status == "fail" and message.startswith("TLS switch differs: enabled on NPU 4; disabled on NPU 0")
+
+
+def test_unhealthy_chip_and_single_bit_errors(matrix, tmp_path):
+    host = _edited(tmp_path, "preflight-clean", "HBM Single Bit Error Count               : 0\n"
+                   "HBM Double Bit Error Count               : 0\nHBM Single Bit Aggregate Total Err Cnt   : 0\n"
+                   "HBM Double Bit Aggregate Total Err Cnt   : 0\nHBM Single Bit Isolated Pages Count      : 0\n"
+                   "HBM Double Bit Isolated Pages Count      : 0\nChip ID                                  : 0\n\n"
+                   "/usr/local/bin/npu-smi info -i 0 -t usages",
+                   "HBM Single Bit Error Count               : 7\n"
+                   "HBM Double Bit Error Count               : 0\nHBM Single Bit Aggregate Total Err Cnt   : 7\n"
+                   "HBM Double Bit Aggregate Total Err Cnt   : 0\nHBM Single Bit Isolated Pages Count      : 0\n"
+                   "HBM Double Bit Isolated Pages Count      : 0\nChip ID                                  : 0\n\n"
+                   "/usr/local/bin/npu-smi info -i 0 -t usages")
+    saved = host / "npu_info_before.txt"
+    text = saved.read_text()
+    marker = "/usr/local/bin/npu-smi info -i 2 -c 0 -t health\nHealth Status                  : OK\nError Code                     : NA"
+    assert marker in text
+    saved.write_text(text.replace(marker, marker.replace(": OK", ": Alarm").replace(": NA", ": 0x80E01801")))
+    doc = _run(matrix, host)
+    assert _status(doc, "chip-ecc") == ("warn", "corrected (single-bit) memory errors: NPU 0: hbm single 7,"
+                                                " hbm single total 7")
+    status, message = _status(doc, "chip-health")
+    assert status == "fail" and message == "unhealthy: NPU 2: Alarm (error code 0x80E01801)"
+    assert doc["exit_code"] == 2
+
+
+def test_hbm_in_use_and_unread_chips(matrix, tmp_path):
+    host = _edited(tmp_path, "preflight-clean", "NPU ID                         : 1\n        Chip Count                     : 1\n\n"
+                   "        DDR Capacity(MB)               : 0\n        DDR Usage Rate(%)              : 0\n"
+                   "        DDR Hugepages Total(page)      : 0\n        DDR Hugepages Usage Rate(%)    : 0\n"
+                   "        HBM Capacity(MB)               : 65536\n        HBM Usage Rate(%)              : 4",
+                   "NPU ID                         : 1\n        Chip Count                     : 1\n\n"
+                   "        DDR Capacity(MB)               : 0\n        DDR Usage Rate(%)              : 0\n"
+                   "        DDR Hugepages Total(page)      : 0\n        DDR Hugepages Usage Rate(%)    : 0\n"
+                   "        HBM Capacity(MB)               : 65536\n        HBM Usage Rate(%)              : 57")
+    status, message = _status(_run(matrix, host), "chip-hbm-in-use")
+    assert status == "warn" and "NPU 1: 57%" in message
+    # ECC output missing for one chip: that chip is named, not passed
+    host2 = _edited(tmp_path / "b", "preflight-clean", "/usr/local/bin/npu-smi info -i 7 -t ecc", "echo skipped")
+    status, message = _status(_run(matrix, host2), "chip-ecc")
+    assert status == "warn" and message.startswith("ECC counters not read for NPU 7")
+
+
+def test_duplicate_address_and_off_subnet_chip(matrix, tmp_path):
+    host = _edited(tmp_path, "preflight-clean", "ipaddr:29.1.151.33", "ipaddr:29.1.151.9",
+                   conf=lambda t: t.replace("address_3=29.1.151.33", "address_3=29.1.151.9"))
+    status, message = _status(_run(matrix, host), "npu-net-config")
+    assert status == "fail" and "NPU 2, NPU 3 share address 29.1.151.9" in message
+    # conf and NIC disagree
+    host2 = _edited(tmp_path / "b", "preflight-clean", "ipaddr:29.1.151.33", "ipaddr:29.1.151.34")
+    status, message = _status(_run(matrix, host2), "npu-net-config")
+    assert status == "fail" and "NPU 3: /etc/hccn.conf says 29.1.151.33/255.255.0.0, the NIC has 29.1.151.34" in message
+
+
+def test_clock_skew_against_hccl_connect_timeout(matrix, tmp_path, capsys):
+    host = _edited(tmp_path, "preflight-clean", "0.000006523 seconds slow", "75.2 seconds fast")
+    status, message = _status(_run(matrix, host), "clock-skew")
+    assert status == "fail" and "150.4 s apart" in message and "HCCL_CONNECT_TIMEOUT 120 s" in message
+    status, _ = _status(_run(matrix, host, env={"HCCL_CONNECT_TIMEOUT": "3600"}), "clock-skew")
+    assert status == "pass"
+
+
+def test_another_hosts_tree_without_saved_output_measures_nothing(matrix, tmp_path, capsys):
+    rc = main(["preflight", "--root", str(FIXTURES / "preflight-clean" / "tree"), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 1 and doc["summary"]["pass"] == 0
+    assert all(c["status"] == "n/a" for c in doc["checks"])
+    assert "nothing on it is run" in doc["checks"][0]["message"]
+
+
+def _collective(busbw):
+    return {"schema": bandwidth.SCHEMA, "op": "all_reduce", "world_size": 8,
+            "results": [{"bytes": 1 << 20, "busbw_gbps": busbw / 4, "algbw_gbps": busbw / 7},
+                        {"bytes": 256 << 20, "busbw_gbps": busbw, "algbw_gbps": busbw / 1.75}],
+            "ranks": [{"rank": r, "chip": r, "busbw_gbps": busbw if r != 5 else busbw / 3} for r in range(8)]}
+
+
+def test_bandwidth_judged_only_against_a_sourced_floor(matrix, tmp_path):
+    host = FIXTURES / "preflight-clean"
+    status, message = _status(_run(matrix, host, bandwidth_doc=_collective(150.0)), "hccl-bandwidth")
+    assert status == "n/a" and "no sourced floor for hccs-8-a2" in message and "busbw 150.00 GB/s" in message
+    overlay = tmp_path / "floor.yaml"
+    overlay.write_text("preflight_bandwidth:\n  - id: test-floor\n    topology: hccs-8-a2\n    op: all_reduce\n"
+                       "    min_bytes: 16777216\n    busbw_min_mbps: 100000\n    source: test overlay\n")
+    floored = loader.load([str(overlay)])
+    assert _status(_run(floored, host, bandwidth_doc=_collective(150.0)), "hccl-bandwidth")[0] == "pass"
+    status, message = _status(_run(floored, host, bandwidth_doc=_collective(60.0)), "hccl-bandwidth")
+    assert status == "fail" and "268435456 B: 60.00 GB/s < 100 GB/s (test-floor)" in message
+    assert "slow:" not in message.split("(test-floor)")[0]
+    slow = _collective(150.0)
+    slow["results"][1]["busbw_gbps"] = 40.0
+    status, message = _status(_run(floored, host, bandwidth_doc=slow), "hccl-bandwidth")
+    assert status == "fail" and message.endswith("slow: rank 5 (chip 5)")
+
+
+STANDIN = """#!{python}
+import sys
+from pathlib import Path
+sys.path.insert(0, {repo!r})
+from provisioner.preflight import parse
+tool = Path(sys.argv[0]).name
+text = Path({saved!r}).read_text()
+want = parse._command(tool, " ".join(sys.argv[1:]))
+# with -c C, the saved output of the whole NPU (-i N alone) holds that chip's block
+for cmd, out in parse.split_collected(text):
+    if want is not None and (cmd == want or cmd == dict(want, chip=None)):
+        print(out)
+        sys.exit(0)
+sys.stderr.write("no saved output\\n")
+sys.exit(2)
+"""
+
+
+def test_live_path_runs_the_tools_per_chip(matrix, tmp_path):
+    """run_tree_programs: the tree's stand-in npu-smi and hccn_tool print the saved outputs; preflight runs them
+    per chip as on a live host (npu-smi info -t KIND -i N -c 0, hccn_tool -i N -KIND -g)."""
+    host = FIXTURES / "preflight-link-down"
+    root = tmp_path / "root"
+    shutil.copytree(host / "tree", root)
+    repo = str(Path(__file__).resolve().parents[2])
+    for rel in ("usr/local/bin/npu-smi", "usr/local/Ascend/driver/tools/hccn_tool"):
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(STANDIN.format(python=sys.executable, repo=repo, saved=str(host / "npu_info_before.txt")))
+        p.chmod(0o755)
+    doc = report.run(matrix, str(root), run_tree_programs=True, timeout=30)
+    assert doc["tools_run"] is True and len(doc["chips"]) == 8
+    failing = [c["id"] for c in doc["checks"] if c["status"] == "fail"]
+    assert failing == ["npu-link"]
+    assert _status(doc, "chip-ecc")[0] == "pass" and _status(doc, "npu-tls")[0] == "pass"
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--peer", "not-an-ip"], "not an IPv4 address"),
+    (["--saved", "/nonexistent/x.txt"], "--saved /nonexistent/x.txt: no such file"),
+    (["-e", "NOEQUALS"], "write KEY=VALUE"),
+    (["--timeout", "nan"], "--timeout"),
+])
+def test_bad_input_is_one_line_and_exit_2(extra, words, capsys):
+    rc = main([*args("preflight-clean"), *extra])
+    err = capsys.readouterr().err
+    assert rc == 2 and words in err and len(err.strip().splitlines()) == 1
+
+
+def test_bandwidth_file_must_hold_a_collective_document(tmp_path, capsys):
+    bad = tmp_path / "bw.txt"
+    bad.write_text("size time\n{\"schema\": \"other/1\"}\n")
+    rc = main([*args("preflight-clean"), "--bandwidth", str(bad)])
+    assert rc == 2 and "no provision.collective/1 JSON line" in capsys.readouterr().err
+    good = tmp_path / "bw.json"
+    good.write_text("table\n" + json.dumps(_collective(150.0)) + "\n")
+    rc, doc = run_json("preflight-clean", "--bandwidth", str(good), capsys=capsys)
+    assert rc == 0 and _status(doc, "hccl-bandwidth")[0] == "n/a"
