@@ -221,7 +221,7 @@ def read_paths(paths: list[str]) -> list[Source]:
         else:
             raise ProvisionError(f"{p}: no such file or directory")
     budget = [MAX_TOTAL_BYTES]
-    sources = []
+    sources: list[Source] = []
     for path in dict.fromkeys(files):
         kind, rank, pid, device = _kind(path)
         raw, truncated = _read_text(path, budget)

@@ -13,6 +13,7 @@ import atexit
 import signal
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
@@ -24,6 +25,9 @@ from provisioner.launch import logstream
 
 STOP_TIMEOUT_S = 20
 TAIL_LINES = 50
+# A failed run keeps its last EXPLAIN_LINES lines (each cut at EXPLAIN_LINE_CHARS) for provisioner.explain.
+EXPLAIN_LINES = 10000
+EXPLAIN_LINE_CHARS = 2000
 ANNOUNCE_STOP_S = 1.0  # a stop that takes longer says so (and how to kill it now)
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -39,6 +43,7 @@ class RunResult:
     kept: bool = False
     error: str | None = None
     tail: list[str] = field(default_factory=list)
+    log: list[str] = field(default_factory=list)  # a failed run's last lines, for the explanation
     ranks: list[int] = field(default_factory=list)
     collective: dict | None = None  # the check's provision.collective/1 document
     selftest: dict | None = None  # the self-test's provision.selftest/1 document
@@ -115,6 +120,7 @@ def run_container(engine: Engine, kw: dict, role: str, guard: SignalGuard, out: 
     """Create, start, stream, wait; stop on a signal; remove unless `keep`."""
     result = RunResult(role, kw["name"], list(kw["command"] or []))
     splitter = logstream.LineSplitter(TAIL_LINES)
+    kept: deque[str] = deque(maxlen=EXPLAIN_LINES)
     ranks: set[int] = set()
     cleanup = _Cleanup(keep)
     atexit.register(cleanup)
@@ -134,6 +140,7 @@ def run_container(engine: Engine, kw: dict, role: str, guard: SignalGuard, out: 
                 pass  # the reader went away; keep consuming so the tail stays right
 
     def emit(lines: list[str]) -> None:
+        kept.extend(line[:EXPLAIN_LINE_CHARS] for line in lines)
         for line in lines:
             if not worker_error and (found := logstream.error_in(line)) and found[0] is not None:
                 worker_error.append(found)
@@ -191,6 +198,7 @@ def run_container(engine: Engine, kw: dict, role: str, guard: SignalGuard, out: 
     result.ranks = sorted(ranks)
     if result.exit_code not in (0, None) and not result.signal:
         result.error = logstream.describe_error(worker_error[0]) if worker_error else logstream.first_error(result.tail)
+        result.log = list(kept)
     return result
 
 

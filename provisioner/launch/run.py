@@ -260,6 +260,7 @@ def summary(job: Job, check: RunResult | None, main: RunResult | None, nproc: in
         "check_only": job.target is None,
         "environment": env,
         "notes": list(job.notes) + list(job.plan.notes),
+        "explanation": explanation(next((r for r in (selftest, check, main) if r is not None and failed(r)), None)),
     }
     if selftest:
         doc["selftest"] = {
@@ -284,6 +285,31 @@ def summary(job: Job, check: RunResult | None, main: RunResult | None, nproc: in
             "error": check.error,
         }
     return doc
+
+
+def failed(result: RunResult) -> bool:
+    """The container exited non-zero by itself (not stopped by a signal)."""
+    return not result.signal and result.exit_code not in (0, None)
+
+
+def explanation(result: RunResult | None) -> dict | None:
+    """Why a failed container failed (`provision.explain/1` over its last lines; provisioner.explain is imported
+    here only, on failure, so a launch that works never loads it)."""
+    if result is None or not result.log:
+        return None
+    from provisioner.explain import explain_lines
+
+    return explain_lines(result.log, f"{result.role} output ({result.container})")
+
+
+def explanation_lines(doc: dict) -> list[str]:
+    """The explanation's closing lines for a person (none when the run did not fail or it found nothing)."""
+    found = doc.get("explanation")
+    if not found or found["status"] == "clean":
+        return []
+    from provisioner.explain import analyze
+
+    return ["explain: " + line for line in analyze.render(found, events=6)]
 
 
 def exit_code(doc: dict) -> int:
@@ -329,7 +355,7 @@ def describe(doc: dict) -> list[str]:
     else:
         err = f"; {doc['error']}" if doc["error"] else ""
         lines.append(f"run {doc['run_id']} failed: exit {doc['exit_code']} after {took}{err} (container {where})")
-    return lines
+    return lines + explanation_lines(doc)
 
 
 # -- helpers --------------------------------------------------------------------------------
