@@ -30,7 +30,7 @@ EXAMPLES = int(os.environ.get("PROVISION_FUZZ_EXAMPLES", "40"))
 RANDOM = bool(os.environ.get("PROVISION_FUZZ_RANDOM"))
 COMMANDS = harness.walk()
 # Commands that report warnings with exit 1.
-WARNS = {("audit",), ("doctor",), ("matrix", "verify")}
+WARNS = {("audit",), ("doctor",), ("matrix", "verify"), ("preflight",)}
 # A few commands are costly per call (a torch probe, a whole build context): fewer examples.
 WEIGHT = {("doctor",): 0.2, ("render",): 0.5, ("build",): 0.5}
 COUNTS: dict[str, int] = {}
