@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 from provisioner.preflight import bandwidth, checks, facts, network
+from provisioner.text import one_line
 
 SCHEMA = "provision.preflight/1"
 ORDER = ("fail", "warn", "n/a", "pass")
@@ -74,15 +75,17 @@ def run(matrix, root: str = "/", *, npu_smi_outputs=(), saved=(), peers=(), env:
 
 
 def render(doc: dict) -> str:
+    """The report as text: a header, one line per check (its fix after `-> fix:`), the verdict; every line is
+    folded onto one line, whatever the host's files held."""
     width = max(len(r["id"]) for r in doc["checks"])
-    lines = [f"preflight of {'this host' if doc['live'] else doc['root']}: {len(doc['chips'])} chip(s)"]
+    lines = [one_line(f"preflight of {'this host' if doc['live'] else doc['root']}: {len(doc['chips'])} chip(s)")]
     for r in doc["checks"]:
         line = f"{r['status'].upper():<4}  {r['id']:<{width}}  {r['message']}"
         if r["fix"] and r["status"] != "pass":
             line += f"  -> fix: {r['fix']}"
-        lines.append(line)
+        lines.append(one_line(line))
     for note in doc["notes"]:
-        lines.append(f"note: {note}")
+        lines.append(one_line(f"note: {note}"))
     s = doc["summary"]
     verdict = {0: "ready", 1: "check the warnings (or measure what is n/a)", 2: "not ready"}[doc["exit_code"]]
     lines.append(f"{s['pass']} passed, {s['warn']} warning(s), {s['fail']} failed, {s['n/a']} not measured:"
