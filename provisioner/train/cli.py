@@ -119,7 +119,12 @@ def _check(cfg, args: argparse.Namespace, n_train: int, n_eval: int) -> int:
     precision = cfg.precision
     if precision == "auto":
         precision = "bf16" if bf16 is not False else "fp16"
-    plan = memory.plan(cfg, world, precision, capacity, label)
+    # The rollout and what the chip already holds, as the run on the card's device will find them.
+    from provisioner.train.requirements import vllm_rollout
+
+    vllm, _ = vllm_rollout(cfg, "npu")
+    plan = memory.plan(cfg, world, precision, capacity, label, vllm=vllm,
+                       held=memory.held_memory(cfg.card) if cfg.card else None)
     refused = plan.fits is False and cfg.memory_check
     result = {
         "status": "refused" if refused else "ok",

@@ -163,6 +163,9 @@ class Setup:
     lora_targets: tuple[str, ...] = ("q_proj", "v_proj")
     lora_dropout: bool = True
     max_targets: int | None = None  # target tokens in the fullest micro-batch, from the data (None: all tokens)
+    # the device optimizer whose step temporaries count (memory.yaml optimizer_step_copies): torch_foreach,
+    # npu_fused, or "" (in place, DeepSpeed's, on the CPU, or TRL's)
+    optimizer: str = ""
     # GRPO
     prompt_len: int = 0
     completion_len: int = 0
@@ -187,13 +190,26 @@ def setup_from_config(
     attn: str | None = None,
     device_type: str = "npu",
     max_targets: int | None = None,
+    vllm: bool | None = None,
 ) -> Setup:
+    """``vllm``: the rollout is colocated vLLM (decided by requirements.vllm_rollout for ``rollout: auto``);
+    None counts it for ``rollout: vllm`` only."""
     if attn is None:
         attn = "sdpa" if device_type == "cpu" else "flash_attention_2"
     g = cfg.grpo
     grpo = cfg.method == "grpo"
     fsdp_offload = cfg.strategy == "fsdp" and (cfg.offload_params or cfg.resolved_offload_optimizer())
     seq = g.max_prompt_len + g.max_completion_len if grpo else cfg.max_seq_len
+    if vllm is None:
+        vllm = g.rollout == "vllm"
+    offload = cfg.strategy != "ddp" and (cfg.resolved_offload_optimizer() or fsdp_offload)
+    optimizer = ""
+    if not grpo and device_type != "cpu" and not offload:
+        if cfg.strategy == "fsdp":
+            optimizer = "torch_foreach"  # fsdp.py: torch.optim.AdamW(foreach=True) on a device
+        elif cfg.strategy == "ddp" and device_type == "npu":
+            # optim.py: NpuFusedAdamW for auto/npu_fused_adamw on an NPU; torch AdamW (foreach) for adamw
+            optimizer = "torch_foreach" if cfg.optimizer == "adamw" else "npu_fused"
     return Setup(
         tuning=cfg.tuning,
         objective="grpo" if grpo else "sft",
@@ -204,7 +220,7 @@ def setup_from_config(
         micro_batch=cfg.micro_batch_size,
         checkpointing=cfg.gradient_checkpointing,
         # FSDP2's CPUOffloadPolicy moves parameters, gradients and the step together.
-        offload_optimizer=cfg.strategy != "ddp" and (cfg.resolved_offload_optimizer() or fsdp_offload),
+        offload_optimizer=offload,
         offload_params=cfg.offload_params or fsdp_offload,
         loss_chunk_tokens=cfg.loss_chunk_tokens,
         flash=attn.startswith("flash") or attn == "provision_packed_sdpa",  # no mask, no scores kept
@@ -213,11 +229,12 @@ def setup_from_config(
         lora_targets=tuple(cfg.lora.target_modules),
         lora_dropout=cfg.lora.dropout > 0,
         max_targets=max_targets,
+        optimizer=optimizer,
         prompt_len=g.max_prompt_len if grpo else 0,
         completion_len=g.max_completion_len if grpo else 0,
         gen_batch=cfg.micro_batch_size * cfg.gradient_accumulation_steps if grpo else 0,
         reference=grpo and g.beta > 0 and g.tuning == "full",
-        vllm_fraction=g.vllm_memory_fraction if grpo and g.rollout == "vllm" else 0.0,
+        vllm_fraction=g.vllm_memory_fraction if grpo and vllm else 0.0,
     )
 
 
@@ -248,6 +265,8 @@ class Plan:
     reserve: float
     capacity: float | None = None
     capacity_label: str = ""
+    held: float = 0.0  # what the device holds before the run (an idle chip's runtime, other processes)
+    held_label: str = ""
     suggestion: list[str] = field(default_factory=list)
     suggestion_total: float | None = None
 
@@ -267,8 +286,13 @@ class Plan:
         return self.phase_bytes(self.peak_phase) + self.reserve
 
     @property
+    def available(self) -> float | None:
+        """The capacity less what the device holds before the run."""
+        return None if self.capacity is None else self.capacity - self.held
+
+    @property
     def fits(self) -> bool | None:
-        return None if self.capacity is None else self.total <= self.capacity
+        return None if self.available is None else self.total <= self.available
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -282,6 +306,9 @@ class Plan:
             "activations_without_checkpointing_gib": round(self.activations_without_checkpointing / GIB, 3),
             "host_offload_gib": round(self.host_bytes / GIB, 3),
             "capacity_gib": None if self.capacity is None else round(self.capacity / GIB, 3),
+            "held_gib": round(self.held / GIB, 3),
+            "held_by": self.held_label or None,
+            "available_gib": None if self.available is None else round(self.available / GIB, 3),
             "device": self.capacity_label or None,
             "fits": self.fits,
             "suggestion": self.suggestion or None,
@@ -299,6 +326,9 @@ class Plan:
         if self.reserve:
             out.append(f"  {'runtime reserve':<18}{self.reserve / GIB:9.2f} GiB")
         where = f" of {self.capacity / GIB:.1f} GiB ({self.capacity_label})" if self.capacity else ""
+        if self.capacity and self.held:
+            where = (f" of {(self.available or 0) / GIB:.1f} GiB ({self.capacity_label} {self.capacity / GIB:.1f} GiB"
+                     f" less {self.held / GIB:.2f} GiB {self.held_label})")
         verdict = {None: "", True: ": fits", False: ": does not fit"}[self.fits]
         out.append(f"  {'total':<18}{self.total / GIB:9.2f} GiB{where}{verdict}  [peak: {self.peak_phase}]")
         if self.setup.checkpointing:
@@ -441,6 +471,15 @@ def estimate(shape: ModelShape, su: Setup, device_type: str = "npu") -> Plan:
         largest = float(max(shape.embed_params, shape.hidden * shape.intermediate) if not lora else 0)
         largest = largest / (1 if su.strategy == "ddp" else W)
         items.append(Item("step temporaries", copies * largest * 4, "AdamW, largest tensor", ("optimizer step",)))
+    elif su.optimizer and device_type != "cpu":
+        oc = f["optimizer_step_copies"]
+        if su.optimizer == "torch_foreach":
+            n, onote = oc["torch_foreach"], "foreach AdamW: sqrt(exp_avg_sq) of every tensor at once"
+        else:
+            n = max(oc["npu_fused_first_step"], oc["npu_fused_step"])
+            onote = "NpuFusedAdamW: sqrt(exp_avg_sq) and its quotient; the first step's combine copy is smaller"
+        per_device = trainable / (1 if su.strategy == "ddp" else W)
+        items.append(Item("step temporaries", n * per_device * 4, onote, ("optimizer step",)))
 
     if su.objective == "grpo":
         if su.reference:

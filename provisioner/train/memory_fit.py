@@ -1,5 +1,8 @@
-"""The memory plan against a device: the card's HBM from the matrix, the refusal with the smallest change
-that fits, and the measured peak the run records next to the estimate (memory.py does the estimate).
+"""The memory plan against a device: the card's HBM from the matrix (the smallest its chips may have, said
+so where the matrix does not confirm it), less what the chip already holds before the run (read from the
+device or the host's npu-smi where there is one, else an idle chip's figure from the matrix), the refusal
+with the smallest change that fits, and the measured peak the run records next to the estimate (memory.py
+does the estimate).
 
 No torch at import: ``provision-train --check`` uses this module too.
 """
@@ -24,32 +27,108 @@ from provisioner.train.memory import (
 # ---- capacity: the card's HBM from the matrix -------------------------------------------------
 
 
+MIB = 1024**2
+
+
+def _chip_row(m: Any, name: str) -> dict | None:
+    """A chip model as npu-smi or torch_npu names it (910B3, Ascend910B3, 910B4-1)."""
+    key = name.strip().lower()
+    for chip in m.rows("chips"):
+        names = [chip["model"], *chip.get("npu_smi_names", []), *chip.get("soc_names", [])]
+        if key in (str(n).lower() for n in names):
+            return chip
+    return None
+
+
 def card_capacity(name: str) -> tuple[float, str, bool | None]:
-    """(bytes per device, label, bf16 supported) for a card, chip family alias, or chip model name."""
+    """(bytes per device, label, bf16 supported) for a card, chip family alias, or chip model name.
+
+    A card row without its own memory_mb takes the smallest HBM of the chip models it may carry (a 300T-A2
+    may hold a 32 GB 910B4): the label says so, and says "unconfirmed" where the matrix marks the card's
+    memory or chips unconfirmed or its chips disagree."""
     from provisioner.errors import ProvisionError
     from provisioner.matrix import loader
 
     m = loader.load()
-    key = name.strip().lower()
     try:
         card, fam, _ = m.lookup_card(name)
     except ProvisionError as exc:
-        # Not a card or family: a chip model as npu-smi or torch_npu names it (910B3, Ascend910B3).
-        for chip in m.rows("chips"):
-            names = [chip["model"], *chip.get("npu_smi_names", []), *chip.get("soc_names", [])]
-            if key in (str(n).lower() for n in names) and chip.get("hbm_mb"):
-                return chip["hbm_mb"] * 1024**2, f"{chip['model']} HBM", m.family(chip["family"]).get("bf16")
+        chip = _chip_row(m, name)
+        if chip and chip.get("hbm_mb"):
+            return chip["hbm_mb"] * MIB, f"{chip['model']} HBM", m.family(chip["family"]).get("bf16")
         raise ConfigError(f"config: card: {exc}") from None
     mb = card.get("memory_mb")
-    if not mb:
-        for model in card.get("chip_models", []):
-            chip = next((c for c in m.rows("chips") if c["model"] == model), {})
-            if chip and chip.get("hbm_mb"):
-                mb = chip["hbm_mb"]
-                break
+    label = f"{card['id']} per-chip HBM"
+    doubtful = set(card.get("unconfirmed", [])) & {"memory_mb", "chip_models"}
+    if mb:
+        if "memory_mb" in doubtful:
+            label += " (unconfirmed)"
+    else:
+        chips = {c["model"]: c for c in m.rows("chips")}
+        known = {c: chips[c]["hbm_mb"] for c in card.get("chip_models", []) if chips.get(c, {}).get("hbm_mb")}
+        if known:
+            smallest = min(known, key=lambda c: known[c])
+            mb = known[smallest]
+            if doubtful or len(set(known.values())) > 1:
+                label += (f" ({'unconfirmed: ' if doubtful else ''}the smallest of the chips it may carry,"
+                          f" {smallest} {mb} MB)")
     if not mb:
         raise ConfigError(f"config: card: the matrix has no HBM size for {card['id']}; set memory_check: false")
-    return mb * 1024**2, f"{card['id']} per-chip HBM", fam.get("bf16")
+    return mb * MIB, label, fam.get("bf16")
+
+
+def held_memory(name: str | None, dev: Any = None) -> tuple[float, str]:
+    """(bytes, what holds them): device memory the run cannot have because something holds it already.
+
+    Read where the chips are: the run's own device (torch.<npu|cuda>.mem_get_info, total less free) or, for
+    ``--check`` on a host with npu-smi, the most any chip of ``npu-smi info`` uses now; else the matrix's
+    figure for an idle chip of the card's family (chips.yaml idle_hbm_mb, from npu-smi samples)."""
+    if dev is not None and getattr(dev, "type", "cpu") in ("npu", "cuda"):
+        import torch
+
+        free, total = getattr(torch, dev.type).mem_get_info(dev.index)
+        return float(max(0, total - free)), f"in use on {dev.type}:{dev.index} before the run (mem_get_info)"
+    if not name:
+        return 0.0, ""
+    host = _npu_smi_held()
+    if host is not None:
+        return host
+    from provisioner.errors import ProvisionError
+    from provisioner.matrix import loader
+
+    m = loader.load()
+    try:
+        _, fam, _ = m.lookup_card(name)
+    except ProvisionError:
+        chip = _chip_row(m, name)
+        if chip is None:
+            return 0.0, ""
+        fam = m.family(chip["family"])
+    mb = fam.get("idle_hbm_mb")
+    if not mb:
+        return 0.0, ""
+    return mb * MIB, f"held by an idle {fam['id']} chip (npu-smi samples, matrices/chips.yaml)"
+
+
+def _npu_smi_held() -> tuple[float, str] | None:
+    """The most HBM any chip of this host uses now, from `npu-smi info` (None without npu-smi or a table)."""
+    import shutil
+    import subprocess
+
+    exe = shutil.which("npu-smi")
+    if exe is None:
+        return None
+    try:
+        proc = subprocess.run([exe, "info"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    from provisioner.host.npusmi import parse_info
+
+    chips = parse_info(proc.stdout if proc.returncode == 0 else "").get("chips", [])
+    used = [c["hbm_used_mb"] for c in chips if isinstance(c.get("hbm_used_mb"), int)]
+    if not used:
+        return None
+    return max(used) * MIB, f"in use on this host's chips now (npu-smi info, the most of {len(used)})"
 
 
 def device_capacity(dev: Any) -> tuple[float | None, str]:
@@ -161,18 +240,25 @@ def plan(
     device_type: str = "npu",
     strategies: list[str] | None = None,
     targets: Any = None,
+    vllm: bool | None = None,
+    held: tuple[float, str] | None = None,
 ) -> Plan:
     """The plan for ``cfg``; when it does not fit, the first candidate change that does is attached.
     ``targets``: a function of (micro-batch size, sequence length) giving the most target tokens a
-    micro-batch of this data can hold (``max_targets``); without it every token counts as a target."""
+    micro-batch of this data can hold (``max_targets``); without it every token counts as a target.
+    ``vllm``: whether a GRPO run's rollout is colocated vLLM (requirements.vllm_rollout decides it for
+    ``rollout: auto``; None: only ``rollout: vllm``). ``held``: what the device holds before the run
+    (held_memory), taken off the capacity."""
     shape = model_shape(read_model_config(cfg.model))
     tf = targets
-    p = _estimate_for(shape, cfg, world, precision, attn, device_type, capacity, tf)
+    p = _estimate_for(shape, cfg, world, precision, attn, device_type, capacity, tf, vllm)
     p.capacity, p.capacity_label = capacity, label
-    if p.fits is False and capacity is not None:
+    if held is not None:
+        p.held, p.held_label = held
+    if p.fits is False and p.available is not None:
         for change in _candidates(cfg, strategies if strategies is not None else available_strategies()):
-            alt = _estimate_for(shape, _apply(cfg, change), world, precision, attn, device_type, capacity, tf)
-            if alt.total <= capacity:
+            alt = _estimate_for(shape, _apply(cfg, change), world, precision, attn, device_type, capacity, tf, vllm)
+            if alt.total <= p.available:
                 p.suggestion, p.suggestion_total = _render(change, cfg), alt.total
                 break
     return p
@@ -187,9 +273,10 @@ def _estimate_for(
     device_type: str,
     capacity: float | None,
     targets: Any = None,
+    vllm: bool | None = None,
 ) -> Plan:
     bound = None if targets is None else targets(cfg.micro_batch_size, cfg.max_seq_len)
-    su = setup_from_config(cfg, world, precision, attn, device_type, bound)
+    su = setup_from_config(cfg, world, precision, attn, device_type, bound, vllm)
     p = estimate(shape, su, device_type)
     for item in p.items:
         if item.name == "vLLM rollout" and capacity:
@@ -203,9 +290,10 @@ def refusal(p: Plan) -> str:
         if p.suggestion
         else "; no strategy, offload, micro-batch or LoRA change fits: use more devices or a bigger card"
     )
+    held = f" of which {p.held / GIB:.1f} GiB {p.held_label}" if p.held else ""
     return (
         f"memory: the plan needs {p.total / GIB:.1f} GiB per device but {p.capacity_label} has "
-        f"{(p.capacity or 0) / GIB:.1f} GiB ({p.setup.describe()}){fix} (memory_check: false runs it anyway)"
+        f"{(p.capacity or 0) / GIB:.1f} GiB{held} ({p.setup.describe()}){fix} (memory_check: false runs it anyway)"
     )
 
 

@@ -121,6 +121,11 @@ def missing_library(cfg: Any) -> str | None:
     if cfg.method == "grpo":
         if not installed("trl"):
             return "config: method: grpo needs TRL (pip install 'provisioner[grpo]', or trl), which is not installed"
+        from provisioner.train import trl_settings
+
+        trl_problem = trl_settings.problem(cfg.grpo)  # its version against the settings (trl_settings.yaml)
+        if trl_problem:
+            return trl_problem
         if "math" in cfg.grpo.rewards and not installed("math_verify"):
             return (
                 "config: grpo.rewards: math needs the math-verify package, which is not installed "
@@ -129,3 +134,68 @@ def missing_library(cfg: Any) -> str | None:
         if cfg.grpo.rollout == "vllm" and not installed("vllm"):
             return "config: grpo.rollout: vllm is not installed (use rollout: auto or hf)"
     return None
+
+
+def _trl_rollout_row(trl: str) -> dict[str, Any] | None:
+    """The matrices/trl.yaml ``trl_rollout`` row whose TRL range holds ``trl`` (None: no row for it)."""
+    from provisioner.matrix import loader
+    from provisioner.versions import V, VersionError, spec
+
+    try:
+        v = V(trl)
+        return next((r for r in loader.load().rows("trl_rollout") if all(spec(s).matches(v) for s in r["trl"])), None)
+    except VersionError:
+        return None
+
+
+def vllm_rollout(cfg: Any, device_type: str) -> tuple[bool, str]:
+    """(colocated vLLM?, why not): the rollout a GRPO config gets on a device of this type, decided before
+    anything heavy is imported, so that the memory plan counts vLLM's share whenever the run will use it.
+
+    ``rollout: auto`` picks vLLM where vllm (and vllm-ascend on an NPU) is installed at a version the
+    installed TRL supports (matrices/trl.yaml), and nothing there stops it; else transformers generate, with
+    the reason. ``rollout: vllm`` where it cannot run raises ConfigError naming the way forward: no device,
+    not installed, a vLLM outside TRL's range, or FSDP2 with offload on an NPU (TRL moves offloaded
+    parameters to "cuda" when it syncs them into vLLM)."""
+    from provisioner.train.config import ConfigError
+
+    g = cfg.grpo
+    if cfg.method != "grpo" or g.rollout == "hf":
+        return False, "rollout: hf" if cfg.method == "grpo" else ""
+    explicit = g.rollout == "vllm"
+
+    def no(why: str, way: str) -> tuple[bool, str]:
+        if explicit:
+            raise ConfigError(f"config: grpo.rollout: vllm: {why}; {way}")
+        return False, why
+
+    if device_type not in ("npu", "cuda"):
+        return no("vLLM needs an NPU or a GPU", "use rollout: hf (or auto) here")
+    wanted = ["vllm", "vllm_ascend"] if device_type == "npu" else ["vllm"]
+    missing = [m for m in wanted if not installed(m)]
+    if missing:
+        return no(f"{' and '.join(m.replace('_', '-') for m in missing)} not installed",
+                  "use rollout: auto or hf, or an image with vLLM")
+    trl, vllm = installed_version("trl"), installed_version("vllm")
+    row = _trl_rollout_row(trl) if trl else None
+    if row is None:
+        if explicit:
+            return True, ""
+        return False, f"no matrices/trl.yaml row says which vLLM TRL {trl or '(not installed)'} supports"
+    if row.get("vllm") and vllm:
+        from provisioner.versions import V, VersionError, spec
+
+        try:
+            inside = all(spec(s).matches(V(vllm)) for s in row["vllm"])
+        except VersionError:
+            inside = True  # a version the matrix cannot order: TRL itself will warn
+        if not inside:
+            wanted_range = ",".join(row["vllm"])
+            return no(f"TRL {trl} supports vLLM {wanted_range} (matrices/trl.yaml), this is vllm {vllm}",
+                      f"install vllm{wanted_range} (with its vllm-ascend), or use rollout: hf")
+    offload = cfg.offload_params or cfg.resolved_offload_optimizer()
+    sync = row.get("fsdp2_offload_sync_device")
+    if device_type == "npu" and cfg.strategy == "fsdp" and offload and sync and sync != device_type:
+        return no(f"TRL {trl} moves FSDP2's offloaded parameters to {sync!r} when it loads them into vLLM",
+                  "turn offload off, use strategy zero3 with offload, or rollout: hf")
+    return True, ""

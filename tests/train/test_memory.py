@@ -5,6 +5,7 @@ refused up front, and the estimate against the measured peak of real CPU runs.""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import pytest
 from provisioner.train import memory, memory_fit
 from provisioner.train.cli import main
 from provisioner.train.config import ConfigError, load_config
-from tests.train.conftest import PYTHON, alpaca_records, tokenizer_files, train_env, write_config
+from tests.train.conftest import PYTHON, REPO, alpaca_records, tokenizer_files, train_env, write_config
 
 # config.json of Qwen/Qwen2.5-7B and Qwen/Qwen2.5-0.5B on the Hugging Face hub (the fields the plan reads).
 QWEN25_7B = {
@@ -28,6 +29,16 @@ QWEN25_7B = {
     "vocab_size": 152064,
     "tie_word_embeddings": False,
     "torch_dtype": "bfloat16",
+}
+QWEN25_15B = {
+    **QWEN25_7B,
+    "hidden_size": 1536,
+    "intermediate_size": 8960,
+    "num_attention_heads": 12,
+    "num_hidden_layers": 28,
+    "num_key_value_heads": 2,
+    "vocab_size": 151936,
+    "tie_word_embeddings": True,
 }
 QWEN25_05B = {
     **QWEN25_7B,
@@ -190,3 +201,170 @@ def test_estimate_within_15_percent_of_the_measured_cpu_peak(tmp_path, tokenizer
     estimate, measured = mem["estimate_gib"], mem["measured_peak_gib"]
     assert measured and abs(estimate - measured) / measured < 0.15, mem
     assert mem["plan"]["fits"] is True and mem["device"] == "host memory available"
+
+
+# ---- capacity: the card's smallest HBM, what an idle chip holds (issues 27.3, 22.5) ----------------------------
+
+SAMPLES = REPO / "tests" / "fixtures" / "npu-smi"
+QWEN25_14B = {**QWEN25_7B, "hidden_size": 5120, "intermediate_size": 13824, "num_attention_heads": 40,
+              "num_hidden_layers": 48, "num_key_value_heads": 8}
+
+
+def test_300t_a2_is_planned_on_the_smallest_hbm_its_chips_may_have_and_says_it_is_unconfirmed(tmp_path):
+    cap, label, bf16 = memory_fit.card_capacity("300T-A2")
+    assert cap == 32 * 2**30 and bf16 is True  # the first chip model's 64 GiB before
+    assert "unconfirmed" in label and "910B4" in label and label.startswith("300T-A2 per-chip HBM")
+    # A card whose memory the matrix confirms says nothing more.
+    assert memory_fit.card_capacity("800T-A2")[1] == "800T-A2 per-chip HBM"
+    d = tmp_path / "qwen2.5-14b"
+    shutil.copytree(tokenizer_files(), d)
+    (d / "config.json").write_text(json.dumps(QWEN25_14B))
+    (tmp_path / "d.json").write_text(json.dumps(alpaca_records(4)))
+    cfg = load_config(None, [f"model={d}", f"data={tmp_path}/d.json", f"output_dir={tmp_path}/o", "method=lora",
+                             "strategy=zero2"])
+    p = memory_fit.plan(cfg, 2, "bf16", cap, label, strategies=["ddp"], held=memory_fit.held_memory("300T-A2"))
+    assert p.fits is False, p.lines()  # bf16 weights alone are 27.5 GiB
+    assert "300T-A2" in memory_fit.refusal(p) and "unconfirmed" in memory_fit.refusal(p)
+
+
+def test_910b4_1_has_its_own_64_gb():
+    # npu-smi prints Name 910B4-1 with 65536 MB (Project-HAMi/HAMi-WebUI#47); it was planned as a 32 GB 910B4.
+    for name in ("910B4-1", "Ascend910B4-1"):
+        cap, label, _ = memory_fit.card_capacity(name)
+        assert cap == 64 * 2**30 and label == "910B4-1 HBM"
+    assert memory_fit.card_capacity("Ascend910B4")[0] == 32 * 2**30
+
+
+def test_what_an_idle_chip_holds_is_taken_off_the_capacity(tmp_path, capsys, seven_b, monkeypatch):
+    model, data = seven_b
+    held, by = memory_fit.held_memory("800T-A2")
+    assert held == 3407 * 2**20 and "idle 910b chip" in by  # the largest idle HBM-Usage in the A2 samples
+    assert memory_fit.held_memory("800T-A3")[0] == 3143 * 2**20
+    base = [f"model={model}", f"data={data}", f"output_dir={tmp_path / 'out'}", "method=lora", "card=800T-A2"]
+    rc, res, _ = check(capsys, base)
+    plan = res["memory"]
+    assert rc == 0 and plan["held_gib"] == pytest.approx(3.327, abs=1e-3)
+    assert plan["available_gib"] == pytest.approx(64 - 3.327, abs=1e-3)
+    # A plan between the two figures fits the chip's HBM but not what is left of it.
+    cfg = load_config(None, base[:4] + ["micro_batch_size=4", "max_seq_len=9728"])
+    cap, label, _ = memory_fit.card_capacity("800T-A2")
+    p = memory_fit.plan(cfg, 1, "bf16", cap, label, strategies=["ddp"])
+    assert cap - 3407 * 2**20 < p.total <= cap and p.fits is True
+    p = memory_fit.plan(cfg, 1, "bf16", cap, label, strategies=["ddp"], held=memory_fit.held_memory("800T-A2"))
+    assert p.fits is False and "held by an idle 910b chip" in memory_fit.refusal(p)
+
+
+def test_held_memory_is_read_from_the_host_where_there_is_one(tmp_path, monkeypatch):
+    # npu-smi on the PATH (a real A2 sample with one chip busier than idle): --check reads the host.
+    sample = (SAMPLES / "npu-smi_info_910B2_x8_A2_npu-smi-24.1.0.3_with_cann_toolkit_info.txt").read_text()
+    sample = sample.replace("3395 / 65536", "9000 / 65536", 1)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "info.txt").write_text(sample)
+    (bin_dir / "npu-smi").write_text(f"#!/bin/sh\ncat {bin_dir / 'info.txt'}\n")
+    (bin_dir / "npu-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    held, by = memory_fit.held_memory("800T-A2")
+    assert held == 9000 * 2**20 and "npu-smi info" in by and "8" in by
+    # The run's own device: total less free, as the allocator reports it.
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda index=None: (60 * 2**30, 64 * 2**30))
+
+    class Dev:
+        type, index = "cuda", 0
+
+    assert memory_fit.held_memory(None, Dev()) == (4 * 2**30, "in use on cuda:0 before the run (mem_get_info)")
+
+
+# ---- what the plan used to leave out (issue 22.5) --------------------------------------------------------------
+
+def test_fsdp_foreach_adamw_and_npu_fused_adamw_step_temporaries_are_counted(tmp_path, seven_b):
+    model, data = seven_b
+    base = [f"model={model}", f"data={data}", f"output_dir={tmp_path}/o", "method=full", "max_seq_len=2048"]
+    cap, label, _ = memory_fit.card_capacity("800T-A2")
+    # FSDP2's torch AdamW(foreach=True): _foreach_sqrt(exp_avg_sq) copies every local shard once.
+    p = memory_fit.plan(load_config(None, [*base, "strategy=fsdp"]), 8, "bf16", cap, label, strategies=["ddp"])
+    tmp = next(i for i in p.items if i.name == "step temporaries")
+    assert tmp.bytes == pytest.approx(4 * 7_615_616_512 / 8) and tmp.phases == ("optimizer step",)
+    assert tmp.bytes / 2**30 == pytest.approx(3.55, abs=0.01)
+    # Offloaded, the step runs on the CPU: nothing on the device.
+    off = memory_fit.plan(load_config(None, [*base, "strategy=fsdp", "offload_params=true"]), 8, "bf16", cap, label)
+    assert not [i for i in off.items if i.name == "step temporaries"]
+    # NpuFusedAdamW (DDP on an NPU): the square root and its quotient over the combined buffer, each fp32.
+    d = tmp_path / "qwen2.5-1.5b"
+    shutil.copytree(tokenizer_files(), d)
+    (d / "config.json").write_text(json.dumps(QWEN25_15B))
+    one = memory_fit.plan(load_config(None, [f"model={d}", *base[1:]]), 1, "bf16", cap, label, strategies=["ddp"])
+    fused = next(i for i in one.items if i.name == "step temporaries")
+    psi = memory.model_shape(QWEN25_15B).params
+    assert fused.bytes == pytest.approx(2 * 4 * psi) and "NpuFusedAdamW" in fused.note
+    assert one.peak_phase == "optimizer step"
+    # `optimizer: adamw` on an NPU is torch's foreach AdamW: one copy; CUDA's fused AdamW works in place.
+    plain = memory_fit.plan(load_config(None, [f"model={d}", *base[1:], "optimizer=adamw"]), 1, "bf16", cap, label)
+    assert next(i for i in plain.items if i.name == "step temporaries").bytes == pytest.approx(4 * psi)
+    cuda = memory_fit.plan(load_config(None, [f"model={d}", *base[1:]]), 1, "bf16", cap, label, device_type="cuda")
+    assert not [i for i in cuda.items if i.name == "step temporaries"]
+
+
+@pytest.fixture
+def vllm_host(tmp_path, monkeypatch):
+    """What an image with vLLM looks like to the rollout decision: vllm and vllm_ascend packages and the
+    dist-info of each (and of TRL), found by importlib without importing anything."""
+
+    def make(vllm: str = "0.11.0", trl: str = "1.2.0"):
+        site = tmp_path / f"site-{vllm}-{trl}"
+        for name, ver in (("vllm", vllm), ("vllm_ascend", vllm), ("trl", trl)):
+            if name != "trl":
+                (site / name).mkdir(parents=True)
+                (site / name / "__init__.py").write_text("")
+            info = site / f"{name}-{ver}.dist-info"
+            info.mkdir(parents=True)
+            (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {ver}\n")
+        monkeypatch.syspath_prepend(str(site))
+
+    return make
+
+
+def test_colocated_vllm_is_counted_whenever_rollout_auto_picks_it(tmp_path, capsys, seven_b, vllm_host):
+    model, _ = seven_b
+    data = tmp_path / "p.jsonl"
+    data.write_text(json.dumps({"prompt": "1+1?", "ground_truth": "2"}) + "\n")
+    base = [f"model={model}", f"data={data}", f"output_dir={tmp_path / 'o'}", "method=grpo", "grpo.tuning=lora",
+            "card=800T-A2"]
+    vllm_host("0.11.0", "1.2.0")  # TRL 1.2.0 supports vLLM 0.11.0..0.18.0 (trl/import_utils.py)
+    rc, res, _ = check(capsys, base)
+    gib = res["memory"]["per_device_gib"]
+    assert rc == 0 and gib["vLLM rollout"] == pytest.approx(0.3 * 64) and "KV cache" not in gib
+
+
+def test_rollout_auto_checks_the_vllm_version_trl_supports(tmp_path, capsys, seven_b, vllm_host):
+    model, _ = seven_b
+    data = tmp_path / "p.jsonl"
+    data.write_text(json.dumps({"prompt": "1+1?", "ground_truth": "2"}) + "\n")
+    base = [f"model={model}", f"data={data}", f"output_dir={tmp_path / 'o'}", "method=grpo", "grpo.tuning=lora",
+            "card=800T-A2"]
+    vllm_host("0.10.0", "1.2.0")
+    rc, res, _ = check(capsys, base)  # auto: transformers generate, whose KV cache the plan counts
+    assert rc == 0 and "vLLM rollout" not in res["memory"]["per_device_gib"]
+    assert "KV cache" in res["memory"]["per_device_gib"]
+    rc = main(["--check", *base, "grpo.rollout=vllm"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1
+    assert "TRL 1.2.0 supports vLLM >=0.11.0,<=0.18.0" in err[0] and "vllm 0.10.0" in err[0]
+
+
+def test_fsdp2_offload_with_vllm_is_refused_on_the_npu(tmp_path, capsys, seven_b, vllm_host):
+    from provisioner.train.requirements import vllm_rollout
+
+    model, _ = seven_b
+    data = tmp_path / "p.jsonl"
+    data.write_text(json.dumps({"prompt": "1+1?", "ground_truth": "2"}) + "\n")
+    vllm_host("0.11.0", "1.2.0")
+    words = [f"model={model}", f"data={data}", f"output_dir={tmp_path / 'o'}", "method=grpo", "strategy=fsdp",
+             "offload_params=true"]
+    with pytest.raises(ConfigError, match="moves FSDP2's offloaded parameters to 'cuda'.*strategy zero3"):
+        vllm_rollout(load_config(None, [*words, "grpo.rollout=vllm"]), "npu")
+    on, why = vllm_rollout(load_config(None, words), "npu")  # auto: generate, and why
+    assert on is False and "'cuda'" in why
+    assert vllm_rollout(load_config(None, words), "cuda") == (True, "")  # "cuda" is right on a GPU
+    assert vllm_rollout(load_config(None, words[:-1]), "npu") == (True, "")  # without offload
