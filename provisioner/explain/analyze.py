@@ -21,10 +21,11 @@ MAX_EVENTS = 200  # events kept in the document (events_total says how many ther
 
 
 def _attribute(sources: list[Source]) -> set[int]:
-    """Fill each line's rank and device from what other lines say about its PID, its file and its rank."""
+    """Fill each line's rank, PID and device from what other lines say about its PID, its file and its rank."""
     pid_rank: dict[int, int] = {}
     pid_device: dict[int, int] = {}
     rank_device: dict[int, int] = {}
+    rank_pid: dict[int, int] = {}
     seen: set[int] = set()
     for s in sources:
         for ln in s.lines:
@@ -36,6 +37,7 @@ def _attribute(sources: list[Source]) -> set[int]:
                 ln.device = s.device
             if ln.pid is not None and ln.rank is not None:
                 pid_rank.setdefault(ln.pid, ln.rank)
+                rank_pid.setdefault(ln.rank, ln.pid)
             if ln.pid is not None and ln.device is not None:
                 pid_device.setdefault(ln.pid, ln.device)
             if ln.rank is not None and ln.device is not None:
@@ -46,6 +48,8 @@ def _attribute(sources: list[Source]) -> set[int]:
         for ln in s.lines:
             if ln.rank is None and ln.pid is not None:
                 ln.rank = pid_rank.get(ln.pid)
+            elif ln.pid is None and ln.rank is not None:
+                ln.pid = rank_pid.get(ln.rank)
             if ln.device is None:
                 ln.device = pid_device.get(ln.pid) if ln.pid is not None else None
                 if ln.device is None and ln.rank is not None:

@@ -217,3 +217,28 @@ def test_an_engine_lost_mid_run_is_one_line(engine, sim_host, shipped):
         launch.run(job, engine, out=None, err=None)
     with pytest.raises(EngineUnavailable):
         engine.info()
+
+
+def test_a_failed_run_is_explained_and_a_good_one_never_loads_the_explainer(engine, sim_host, shipped, monkeypatch):
+    import sys
+
+    def program(proc):  # rank 5's device error, then rank 0's time-out (texts of tests/fixtures/explain/README.md)
+        proc.print("[rank5]:[ERROR] 2025-11-08-21:35:27 (PID:1234255, Device:5, RankID:5) ERR00100 PTA call acl api failed", "stderr")
+        proc.print("[rank5]:[Error]: The aicore execution is abnormal. ", "stderr")
+        proc.print("[rank0]:EI0002: [PID: 1234250] 2025-11-08-22:05:29.586.187 The wait execution of the Notify register"
+                   " times out. Reason: The Notify register has not received the Notify record from remote rank: [unknown].",
+                   "stderr")
+        return 1
+
+    for name in [m for m in sys.modules if m.startswith("provisioner.explain")]:
+        monkeypatch.delitem(sys.modules, name)
+    host = sim_host()
+    doc = launch.run(_job(engine, host, shipped), engine, out=None, err=None)
+    assert doc["explanation"] is None and not any(m.startswith("provisioner.explain") for m in sys.modules)
+    engine.programs[IMAGE] = program
+    doc = launch.run(_job(engine, host, shipped), engine, out=None, err=None)
+    found = doc["explanation"]
+    assert found["first_failing_rank"] == 5 and found["cause_id"] == "aicore-exception"
+    assert [c["rank"] for c in found["consequences"]] == [0]
+    lines = launch.describe(doc)
+    assert lines[0].startswith("run ") and lines[1] == "explain: first failure: rank 5 (device 5, pid 1234255) at 2025-11-08 21:35:27.000000"
