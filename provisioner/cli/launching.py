@@ -50,6 +50,8 @@ def main(overlays, as_json, image, check, check_only, selftest, module, script, 
 
         spec = jobspec.load(job_file)  # a bad job file fails before any engine is asked
     m = loader.load(list(overlays or ()))
+    if kw.pop("preflight", False) and (code := preflight_gate(m, kw, user_env, as_json)) is not None:
+        return code
     engine = launch.connect()
     try:
         info = launch.inspect_image(engine, image)
@@ -115,6 +117,33 @@ def _launch_job(m, spec, engine, info, devplan, notes, kw, as_json, dry_run, che
                         init=init)
     doc = jobrun.run(job, engine, *start(list(job.notes) + jplan.notes + list(devplan.notes), as_json))
     return report(doc, as_json, "provision launch", jobrun.describe, jobrun.exit_code)
+
+
+def preflight_gate(m, kw, env: dict, as_json: bool) -> int | None:
+    """`launch --preflight`: the host's preflight report on stderr; exit code 2 (and, with --json, the
+    provision.preflight/1 document) when a check failed, else None and the launch goes on."""
+    from provisioner.preflight import report as preflight
+
+    env = dict(env)
+    if kw.get("hccl_connect_timeout"):
+        env["HCCL_CONNECT_TIMEOUT"] = str(kw["hccl_connect_timeout"])
+    return preflight_verdict(preflight.run(m, kw.get("root") or "/", env=env, nodes=kw.get("nnodes") or 1), as_json)
+
+
+def preflight_verdict(doc: dict, as_json: bool) -> int | None:
+    """Print a preflight report on stderr; 2 (or one error) when a check failed, else None."""
+    from provisioner.preflight import report as preflight
+
+    sys.stderr.write(preflight.render(doc) + "\n")
+    sys.stderr.flush()
+    if doc["exit_code"] != 2:
+        return None
+    if as_json:
+        emit_json(doc)
+        return 2
+    from provisioner.errors import ProvisionError
+
+    raise ProvisionError("preflight failed: fix the FAIL lines above (or launch without --preflight)")
 
 
 def start(notes, as_json: bool):

@@ -93,6 +93,8 @@ LAUNCH = (
     Opt("--check", "check", "Run the collective smoke test (all_reduce over every chip) first; stop if it fails.",
         kind="flag"),
     Opt("--check-only", "check_only", "Run only the collective smoke test.", kind="flag"),
+    Opt("--preflight", "preflight", "Run `provision preflight` on this host first (chips, NPU network, clock);"
+        " stop if a check fails.", kind="flag"),
     Opt("--selftest", "selftest", "Run the self-test first (chips, attention, fused optimizer, HCCL, three training"
         " steps with the job's own --config); stop if it fails. `provision selftest` runs only it.", kind="flag"),
     Opt("--module", "module", "Python module torchrun starts instead of the trainer (ARGS go to it)."),

@@ -80,10 +80,10 @@ def render(doc: dict) -> str:
     width = max(len(r["id"]) for r in doc["checks"])
     lines = [one_line(f"preflight of {'this host' if doc['live'] else doc['root']}: {len(doc['chips'])} chip(s)")]
     for r in doc["checks"]:
-        line = f"{r['status'].upper():<4}  {r['id']:<{width}}  {r['message']}"
+        line = f"{r['status'].upper():<4}  {r['id']:<{width}}  {one_line(r['message'])}"
         if r["fix"] and r["status"] != "pass":
-            line += f"  -> fix: {r['fix']}"
-        lines.append(one_line(line))
+            line += f"  -> fix: {one_line(r['fix'])}"
+        lines.append(line)
     for note in doc["notes"]:
         lines.append(one_line(f"note: {note}"))
     s = doc["summary"]

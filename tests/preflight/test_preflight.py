@@ -251,3 +251,13 @@ def test_bandwidth_file_must_hold_a_collective_document(tmp_path, capsys):
     good.write_text("table\n" + json.dumps(_collective(150.0)) + "\n")
     rc, doc = run_json("preflight-clean", "--bandwidth", str(good), capsys=capsys)
     assert rc == 0 and _status(doc, "hccl-bandwidth")[0] == "n/a"
+
+
+def test_a_path_with_a_newline_cannot_start_a_printed_line(tmp_path, capsys):
+    root = tmp_path / "x\nCANARY injected"
+    shutil.copytree(FIXTURES / "preflight-clean" / "tree", root)
+    saved = tmp_path / "saved\nCANARY.txt"
+    saved.write_text("\n")
+    rc = main(["preflight", "--root", str(root), "--saved", str(saved)])
+    out = capsys.readouterr().out
+    assert rc == 1 and not [line for line in out.splitlines() if line.startswith("CANARY")]
