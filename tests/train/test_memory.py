@@ -238,18 +238,18 @@ def test_910b4_1_has_its_own_64_gb():
 def test_what_an_idle_chip_holds_is_taken_off_the_capacity(tmp_path, capsys, seven_b, monkeypatch):
     model, data = seven_b
     held, by = memory_fit.held_memory("800T-A2")
-    assert held == 3407 * 2**20 and "idle 910b chip" in by  # the largest idle HBM-Usage in the A2 samples
+    assert held == 4175 * 2**20 and "idle 910b chip" in by  # the largest idle HBM-Usage of the A2 samples (910B1)
     assert memory_fit.held_memory("800T-A3")[0] == 3143 * 2**20
     base = [f"model={model}", f"data={data}", f"output_dir={tmp_path / 'out'}", "method=lora", "card=800T-A2"]
     rc, res, _ = check(capsys, base)
     plan = res["memory"]
-    assert rc == 0 and plan["held_gib"] == pytest.approx(3.327, abs=1e-3)
-    assert plan["available_gib"] == pytest.approx(64 - 3.327, abs=1e-3)
+    assert rc == 0 and plan["held_gib"] == pytest.approx(4.077, abs=1e-3)
+    assert plan["available_gib"] == pytest.approx(64 - 4.077, abs=1e-3)
     # A plan between the two figures fits the chip's HBM but not what is left of it.
     cfg = load_config(None, base[:4] + ["micro_batch_size=4", "max_seq_len=9728"])
     cap, label, _ = memory_fit.card_capacity("800T-A2")
     p = memory_fit.plan(cfg, 1, "bf16", cap, label, strategies=["ddp"])
-    assert cap - 3407 * 2**20 < p.total <= cap and p.fits is True
+    assert cap - 4175 * 2**20 < p.total <= cap and p.fits is True
     p = memory_fit.plan(cfg, 1, "bf16", cap, label, strategies=["ddp"], held=memory_fit.held_memory("800T-A2"))
     assert p.fits is False and "held by an idle 910b chip" in memory_fit.refusal(p)
 
