@@ -22,19 +22,34 @@ def stack_for(overlays, options: dict, host: dict) -> tuple:
     from provisioner.resolve import hostfit
 
     matrix = loader.load(list(overlays or ()))
-    where = hostfit.target(host.get("for_host"), host.get("root"), host.get("npu_smi_outputs") or (), os.environ)
-    facts = None
-    if where is not None:
-        if not os.path.isdir(where["root"]):
-            raise ProvisionError(f"--root {where['root']}: not a directory")
-        for item in where["npu_smi_outputs"]:
-            if not os.path.isfile(item):
-                raise ProvisionError(f"--npu-smi-output {item}: no such file")
-        from provisioner.host import buildfacts
-
-        facts = buildfacts.read(where["root"], where["npu_smi_outputs"], chip_rows=matrix.rows("chips"))
-    stack, record = hostfit.resolve(matrix, options, facts)
+    stack, record = hostfit.resolve(matrix, options, _facts(matrix, host))
     return matrix, stack, record
+
+
+def known_good(overlays, options: dict, host: dict) -> dict | None:
+    """The known-good fix of the field report ``options["profile"]`` for the same host (resolve/knowngood.py)."""
+    from provisioner.matrix import loader
+    from provisioner.resolve import knowngood
+
+    matrix = loader.load(list(overlays or ()))
+    return knowngood.fix(matrix, options["profile"], options, _facts(matrix, host))
+
+
+def _facts(matrix, host: dict) -> dict | None:
+    """The facts of the host ``host`` names (None: no host)."""
+    from provisioner.resolve import hostfit
+
+    where = hostfit.target(host.get("for_host"), host.get("root"), host.get("npu_smi_outputs") or (), os.environ)
+    if where is None:
+        return None
+    if not os.path.isdir(where["root"]):
+        raise ProvisionError(f"--root {where['root']}: not a directory")
+    for item in where["npu_smi_outputs"]:
+        if not os.path.isfile(item):
+            raise ProvisionError(f"--npu-smi-output {item}: no such file")
+    from provisioner.host import buildfacts
+
+    return buildfacts.read(where["root"], where["npu_smi_outputs"], chip_rows=matrix.rows("chips"))
 
 
 def print_notes(record: dict | None, stream=None) -> None:

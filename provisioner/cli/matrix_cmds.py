@@ -22,8 +22,6 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-    from provisioner.shapes import Stack
-
 
 def register(group: click.Group) -> None:
     from provisioner.cli import verify_cmds
@@ -56,7 +54,7 @@ def resolve_cmd(overlays, as_json, **kwargs):
         m, stack, record = hoststack.stack_for(overlays, options, host)
     except ResolveError as exc:
         hoststack.print_notes(getattr(exc, "host", None))
-        return _refused(exc, options, as_json)
+        return _refused(exc, options, as_json, overlays, host)
     hoststack.print_notes(record)
     if as_json:
         emit_json({"schema": RESOLVE_SCHEMA, "status": "ok", "stack": stack})
@@ -65,20 +63,20 @@ def resolve_cmd(overlays, as_json, **kwargs):
     return 0
 
 
-def _refused(exc: ResolveError, options: dict, as_json: bool) -> int:
-    known_good = None
-    if options.get("profile"):
-        known_good = _fixed_by(options)
+def _refused(exc: ResolveError, options: dict, as_json: bool, overlays=(), host: dict | None = None) -> int:
+    from provisioner.cli import hoststack
+
+    fix = hoststack.known_good(overlays, options, host or {}) if options.get("profile") else None
     if as_json:
-        emit_json(refused_doc(RESOLVE_SCHEMA, exc.reasons, alternatives=exc.alternatives, known_good=known_good,
+        emit_json(refused_doc(RESOLVE_SCHEMA, exc.reasons, alternatives=exc.alternatives,
+                              known_good=fix and fix["stack"], known_good_host=fix and fix["host"],
                               host=_public(getattr(exc, "host", None))))
         return 2
     click.echo(f"provision: refused: {exc.reasons[0]}", err=True)
     for reason in exc.reasons[1:]:
         click.echo(f"  - {reason}", err=True)
-    if known_good:
-        click.echo(f"\nKnown-good fix for this report: profile {known_good['profile']}", err=True)
-        click.echo(_indent(format_stack(known_good)), err=True)
+    if fix:
+        _print_fix(fix)
     if exc.alternatives:
         click.echo("\nNearest valid stacks:", err=True)
         for n, alt in enumerate(exc.alternatives, 1):
@@ -103,20 +101,32 @@ def relaxed_label(alt: dict) -> str:
     return "; ".join(parts)
 
 
-def _fixed_by(options: dict) -> Stack | None:
-    from provisioner.matrix import loader
-    from provisioner.resolve import request
-    from provisioner.resolve.cached import cached_resolve
-
-    m = loader.load()
-    prof = m.profile(options["profile"])
-    if not prof.get("fixed_by"):
-        return None
-    req = request.build(m, profile=prof["fixed_by"], arch=options.get("arch"))
-    try:
-        return cached_resolve(m, req)
-    except ResolveError:
-        return None
+def _print_fix(fix: dict) -> None:
+    """The known-good fix for the host (resolve/knowngood.py): the stack to use, and where the host does not run
+    the fix as it is, why and what an HDK upgrade opens."""
+    host, stack, name = fix["host"], fix["stack"], fix["profile"]
+    if host is None:
+        click.echo(f"\nKnown-good fix for this report: profile {name}", err=True)
+        click.echo(_indent(format_stack(stack)), err=True)
+        return
+    if host["runs_on"] != "the host":
+        click.echo(f"\nKnown-good fix for this report: profile {name}, on another machine: {host['why']}", err=True)
+        click.echo(_indent(format_stack(stack)), err=True)
+        return
+    after = host["after_upgrade"]
+    up = host["upgrade"]
+    upgrade = (f"it runs after an Ascend HDK upgrade (driver and firmware) to one CANN {up['cann']} lists:"
+               f" {up['hdk']}")
+    if stack is not None:
+        click.echo(f"\nKnown-good fix for this report: profile {name}, as near as the host runs it"
+                   f" ({relaxed_label(stack)})", err=True)
+        click.echo(_indent(format_stack(stack)), err=True)
+        click.echo(f"  ! profile {name} as it is does not run on the host: {host['why']}", err=True)
+        click.echo(f"  ! {upgrade}; then: {summary(after)}", err=True)
+        return
+    click.echo(f"\nKnown-good fix for this report: profile {name} does not run on the host: {host['why']}", err=True)
+    click.echo(f"  ! the host runs no stack near it today; {upgrade}:", err=True)
+    click.echo(_indent(format_stack(after)), err=True)
 
 
 def summary(stack: Mapping[str, Any]) -> str:
