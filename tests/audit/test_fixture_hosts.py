@@ -135,7 +135,7 @@ def test_a_driver_that_fits_no_official_image_is_a_warning_with_the_upgrade(audi
     assert found["message"] == ("driver 23.0.rc3 is older than every CANN with an official image for chip 910b: the"
                                 " oldest, CANN 7.0.0, needs HDK 23.0.3 or 23.0.1 (paired)")
     assert found["remedy"].startswith("upgrade the Ascend HDK (driver and firmware): CANN 9.1.0, the newest with an"
-                                      " image, lists 26.1.0 (paired)")
+                                      " image, lists 26.0.RC1 or 26.1.0 (paired)")
     assert "--base-image" in found["remedy"]
     # the same host with a driver that runs an official image: no such warning
     rc, doc = run_audit(audit_host("fit-800ta2-24.1rc3"), capsys=capsys)

@@ -63,8 +63,8 @@ def m():
 # refused with the upgrade and its own base image, tests/unit/test_python_floor.py)
 HOSTS = {
     "fit-800ta2-24.1rc3": ("24.1.rc3", "800T-A2", "8.2.RC1", "ubuntu22.04"),
-    "seed-800ta2": ("25.0.rc1.1", "800T-A2", "8.5.0", "ubuntu22.04"),
-    "a3-16": ("25.2.1", "800T-A3", "8.5.0", "openeuler24.03"),             # openEuler host: openEuler image
+    "seed-800ta2": ("25.0.rc1.1", "800T-A2", "9.0.0", "ubuntu22.04"),      # 9.0.X runs on HDK 25.0.X (9.1.x notes)
+    "a3-16": ("25.2.1", "800T-A3", "9.1.0", "openeuler24.03"),             # openEuler host: openEuler image
 }
 
 
@@ -135,7 +135,7 @@ def test_a_driver_older_than_every_official_image_is_refused_with_the_upgrade(ca
            " oldest, CANN 8.0.RC2, needs HDK 24.1.RC2 (paired)" in first
     text = "\n".join(rest)
     assert "to open the newest stack (800T-A2, CANN 9.1.0, " in text
-    assert "upgrade the Ascend HDK (driver and firmware) to one CANN 9.1.0 lists: 26.1.0 (paired)" in text
+    assert "upgrade the Ascend HDK (driver and firmware) to one CANN 9.1.0 lists: 26.0.RC1 or 26.1.0 (paired)" in text
     assert "the newest stack driver 23.0.rc3 runs today: 800T-A2, CANN 7.0.RC1, torch 2.1.0 + torch_npu 2.1.0.rc1" in text
     assert "on your own CANN 7.0.RC1 base image (--base-image IMAGE)" in text
 

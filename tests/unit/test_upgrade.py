@@ -132,16 +132,26 @@ def test_upgrade_without_an_hdk_step_where_the_driver_runs_the_target(capsys):
     assert [s["stage"] for s in doc["steps"]] == ["image", "check"]
 
 
-def test_upgrade_refuses_a_target_the_card_cannot_reach_with_the_nearest(capsys):
-    root = FIXTURES / "plan-300ipro-1" / "tree"
-    code, out, err = run(capsys, "upgrade", "--root", str(root), "--card", "300I-Pro", "--task", "inference",
-                         "--to-cann", "9.0.0")
+# CANN 9.1.X runs on no HDK of the 25.0 line (the 9.1.0 / 9.1.1 release notes), the newest HDK hdk.yaml lists for
+# the first-generation 910; the overlay gives CANN 9.1.0 an image for chip 910 so that the HDK is what refuses it
+IMAGE_910 = ("images:\n  - cann: \"9.1.0\"\n    tags: [910-ubuntu22.04-py3.11]\n"
+             "    source: test overlay (an image for chip 910 the recorded list does not have)\n")
+
+
+def unreachable(tmp_path, *more) -> list[str]:
+    overlay = tmp_path / "image-910.yaml"
+    overlay.write_text(IMAGE_910)
+    return ["upgrade", "--root", str(FIXTURES / "broken-unhealthy-910" / "tree"), "--card", "800-9000",
+            "--to-cann", "9.1.0", "--matrix", str(overlay), *more]
+
+
+def test_upgrade_refuses_a_target_the_card_cannot_reach_with_the_nearest(capsys, tmp_path):
+    code, out, err = run(capsys, *unreachable(tmp_path))
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
-    assert "the newest HDK matrices/hdk.yaml lists for Ascend 310P is 25.3.rc1" in err
-    assert "nearest target that works: CANN 8.5.0" in err
-    code, doc = doc_of(capsys, "upgrade", "--root", str(root), "--card", "300I-Pro", "--task", "inference",
-                       "--to-cann", "9.0.0")
-    assert code == 2 and doc["status"] == "refused" and any("CANN 8.5.0" in r for r in doc["reasons"])
+    assert "the newest HDK matrices/hdk.yaml lists for Ascend 910 (first generation) is 25.0.rc1" in err
+    assert "nearest target that works: CANN 9.0.1" in err
+    code, doc = doc_of(capsys, *unreachable(tmp_path))
+    assert code == 2 and doc["status"] == "refused" and any("CANN 9.0.1" in r for r in doc["reasons"])
 
 
 @pytest.mark.parametrize("args", [
@@ -183,10 +193,10 @@ def test_upgrade_to_a_framework_set(capsys):
     assert "--with mindspeed-llm" in next(s for s in doc["steps"] if s["id"] == "build")["commands"][0]
 
 
-def test_the_nearest_target_line_keeps_the_requests_options(capsys):
-    code, _, err = run(capsys, "upgrade", "--root", str(FIXTURES / "plan-300ipro-1" / "tree"), "--card", "300I-Pro",
-                       "--task", "inference", "--to-cann", "9.0.0")
-    assert code == 2 and err.rstrip().endswith("provision upgrade --card 300I-Pro --to-cann 8.5.0 --task inference")
+def test_the_nearest_target_line_keeps_the_requests_options(capsys, tmp_path):
+    code, _, err = run(capsys, *unreachable(tmp_path, "--task", "train", "--python", "3.11"))
+    assert code == 2 and err.rstrip().endswith("provision upgrade --card 800-9000 --to-cann 9.0.1 --task train"
+                                               " --python 3.11")
 
 
 def test_diff_says_which_rule_keeps_numpy_below_2(capsys):
