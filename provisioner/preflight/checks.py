@@ -42,7 +42,8 @@ SAVE = "on the host: `npu-smi info -t {kind} -i N -c C` for each chip, saved wit
 
 def check_health(facts: dict) -> dict:
     chips = facts["chips"]
-    bad, warn = [], []
+    bad: list[dict] = []
+    warn: list[dict] = []
     for c in chips:
         h = c.get("health") or {}
         status = (h.get("status") or c.get("table_health") or "").strip()
@@ -136,20 +137,23 @@ def _hbm_pct(c: dict) -> float | None:
     return None
 
 
-def check_hbm(facts: dict, idle_max_pct: int) -> dict:
+def check_hbm(facts: dict, idle_max_pct: int | None) -> dict:
     chips = facts["chips"]
-    pct = {c["label"]: _hbm_pct(c) for c in chips}
-    unread = [c for c in chips if pct[c["label"]] is None]
-    used = [c for c in chips if pct[c["label"]] is not None and pct[c["label"]] > idle_max_pct]
+    if idle_max_pct is None:
+        return result("chip-hbm-in-use", "n/a", "no hbm_idle_max_pct row in matrices/preflight.yaml to judge HBM use"
+                      " against", "restore the preflight_limits row hbm_idle_max_pct")
+    read = {c["label"]: v for c in chips if (v := _hbm_pct(c)) is not None}
+    unread = [c for c in chips if c["label"] not in read]
+    used = [c for c in chips if c["label"] in read and read[c["label"]] > idle_max_pct]
     if used:
-        detail = "; ".join(f"{c['label']}: {pct[c['label']]:.0f}%" for c in used)
+        detail = "; ".join(f"{c['label']}: {read[c['label']]:.0f}%" for c in used)
         return result("chip-hbm-in-use", "warn", f"HBM already in use beyond an idle chip's {idle_max_pct}%: {detail}",
                       "another job (maybe in another container, which npu-smi may not list) holds this memory: stop"
                       " it or pick other chips, or the job runs out of memory", [c["label"] for c in used])
     gap = _unread("chip-hbm-in-use", chips, unread, "HBM use", _why(facts, "usages"), SAVE.format(kind="usages"))
     if gap:
         return gap
-    top = max(pct.values()) if pct else 0.0
+    top = max(read.values()) if read else 0.0
     return result("chip-hbm-in-use", "pass", f"HBM free: at most {top:.0f}% in use (an idle chip: up to"
                   f" {idle_max_pct}%)")
 
@@ -176,4 +180,4 @@ def run(facts: dict, limits: dict) -> list[dict]:
                 for n in names]
     return [check_health(facts), check_ecc(facts),
             check_temperature(facts, limits.get("temp_max_c", {})), check_power(facts, limits.get("power_max_w", {})),
-            check_hbm(facts, limits.get("hbm_idle_max_pct", 10)), check_processes(facts)]
+            check_hbm(facts, limits.get("hbm_idle_max_pct")), check_processes(facts)]

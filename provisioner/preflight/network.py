@@ -74,8 +74,7 @@ def check_config(facts: dict, addrs: dict) -> dict:
 
 def check_subnet(facts: dict, addrs: dict) -> dict:
     """Each chip's gateway and netdetect address inside its own subnet; a chip off the subnet most chips share."""
-    ifaces = {lbl: _iface(a) for lbl, a in addrs.items() if a["address"]}
-    ifaces = {k: v for k, v in ifaces.items() if v is not None}
+    ifaces = {lbl: i for lbl, a in addrs.items() if a["address"] and (i := _iface(a)) is not None}
     if not ifaces:
         return result("npu-subnet", "n/a", NO_NET, CONF_FIX)
     problems, names = [], []
