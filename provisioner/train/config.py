@@ -46,7 +46,8 @@ class GRPOSettings:
     epsilon: float = 0.2  # clip range of the probability ratio
     epsilon_high: float | None = None  # upper clip (DAPO's clip-higher); null: epsilon
     num_iterations: int = 1  # optimisation passes over each generation batch (> 1: the clip bites)
-    loss_type: str = "dapo"  # token aggregation: grpo, bnpo, dr_grpo, dapo
+    # token aggregation: grpo, bnpo, dr_grpo, dapo; auto: dapo where the installed TRL has it, else bnpo
+    loss_type: str = "auto"
     scale_rewards: str = "group"  # divide advantages by the std of the group, the batch, or none
     rewards: list[str] = field(default_factory=lambda: ["math", "format"])  # names or module:function
     reward_weights: list[float] = field(default_factory=list)  # empty: all 1.0
@@ -274,7 +275,7 @@ def validate(cfg: TrainConfig) -> None:
 
 GRPO_CHOICES: dict[str, tuple[str, ...]] = {
     "tuning": ("lora", "full"),
-    "loss_type": ("grpo", "bnpo", "dr_grpo", "dapo"),
+    "loss_type": ("auto", "grpo", "bnpo", "dr_grpo", "dapo"),
     "scale_rewards": ("group", "batch", "none"),
     "rollout": ("auto", "hf", "vllm"),
 }

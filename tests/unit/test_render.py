@@ -328,7 +328,7 @@ def _locked(path: Path) -> dict[str, str]:
 
 def test_the_trainers_own_libraries_are_in_the_lock(rendered):
     """method: grpo (TRL, datasets, math-verify) and the loss curve (matplotlib) run in the image as built; the
-    default GRPO settings (loss_type dapo, scale_rewards group) need TRL 0.22 (provisioner/train/trl.yaml)."""
+    default GRPO settings (loss_type dapo, scale_rewards group) need TRL 0.22 (provisioner/train/trl_settings.yaml)."""
     from packaging.version import Version
 
     locked = _locked(rendered["800T-A2-torch2.7.1-x86_64"])

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from provisioner.train import device as devmod
-from provisioner.train import dist, memory_fit
+from provisioner.train import dist, memory_fit, trl_settings
 from provisioner.train.config import ConfigError, TrainConfig, dump_config
 from provisioner.train.grpo.data import PromptRecord, as_messages, check_records, load_prompts, render_chatml
 from provisioner.train.grpo.rewards import load_rewards
@@ -161,11 +161,12 @@ def grpo_args(cfg: TrainConfig, dev: devmod.DeviceInfo, prec: devmod.Precision, 
         beta=g.beta,
         epsilon=g.epsilon,
         num_iterations=g.num_iterations,
-        loss_type=g.loss_type,
-        scale_rewards=g.scale_rewards,
+        **trl_settings.settings(g),  # loss_type and scale_rewards as the installed TRL takes them
         use_vllm=vllm,
         log_completions=False,
     )
+    if g.loss_type == "auto":
+        log.info(f"grpo.loss_type auto: {kwargs['loss_type']} (TRL {trl_settings.installed_version()})")
     if g.epsilon_high is not None:
         kwargs["epsilon_high"] = g.epsilon_high
     if g.reward_weights:
@@ -426,6 +427,8 @@ def _finish(cfg: TrainConfig, out: Path, trainer: Any, bridge: Any, found: Path 
         "precision": prec.name,
         "attn_implementation": attn,
         "rollout": "vllm" if vllm else "generate",
+        "trl": trl_settings.installed_version(),
+        **{f"grpo_{k}": v for k, v in trl_settings.settings(cfg.grpo).items()},  # what TRL was given
         "strategy": cfg.strategy,
         "prompts": n_prompts,
         "dropped_prompts": dropped,
