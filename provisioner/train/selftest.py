@@ -12,7 +12,9 @@ Each worker checks, in order, and rank 0 prints one line per check with the fix 
   fused-optimizer  two steps of torch_npu's fused AdamW with the trainer's zero_grad in between
   all-reduce       a sum over every worker on the process-group backend (HCCL on the NPU), and its time
   train-steps      three optimizer steps of a tiny Qwen2 with the config's method, precision, strategy,
-                   optimizer and attention, through the trainer's own engine
+                   optimizer and attention, through the trainer's own engine for that strategy (DDP, DeepSpeed
+                   ZeRO-2/ZeRO-3 or FSDP2, over every worker); a strategy the trainer refuses up front (a
+                   missing library, FSDP2 on a torch_npu without it) fails here with the same reason
 
 With several workers, every worker posts its npu result to torchrun's store before any collective: a worker
 whose chip failed cannot join the process group, so then no worker runs all-reduce or train-steps (the others
@@ -295,9 +297,9 @@ class SelfTest:
 
     def check_train_steps(self) -> Result:
 
-        from provisioner.train import attention, model, zero
+        from provisioner.train import attention, model, requirements, zero
+        from provisioner.train import strategy as strat
         from provisioner.train.device import autocast
-        from provisioner.train.engine import PlainEngine
 
         self._require_device()
         if self.world.size > 1 and not self._all_ranks_ok():
@@ -305,15 +307,17 @@ class SelfTest:
             return Result("train-steps", "n/a", "skipped: a worker failed an earlier check")
         cfg = self.cfg
         zero.check_supported(self.dev, self.prec, cfg.strategy)
+        problem = requirements.strategy_problem(cfg)  # what the trainer refuses up front, refused here too
+        if problem:
+            raise ConfigError(problem)
         attn = self.attn or attention.pick_attention(cfg.attn_implementation, self.dev)
-        loss_fn = model.SFTLoss(self._tiny_model(cfg.method, attn), 0)
+        # The trainer's own path for the config's strategy: sharded ones load on the host, their engine places
+        # the shards (every rank builds the same engine, so the strategy's collectives run on every worker).
+        on_host = strat.loads_on_host(cfg)
+        loss_fn = model.SFTLoss(self._tiny_model(cfg.method, attn, strat.host_view(self.dev) if on_host else None), 0)
         loss_fn.train()
         small = replace(cfg, learning_rate=1e-3, warmup_steps=0)
-        engine: Any
-        if cfg.strategy == "zero2" and zero.available():
-            engine = zero.ZeroEngine(loss_fn, small, self.dev, self.prec, self.world, 3)
-        else:
-            engine = PlainEngine(loss_fn, small, self.dev, self.prec, self.world, 3)
+        engine = strat.make_engine(loss_fn, small, self.dev, self.prec, self.world, 3)
         exs = _examples([40, 24, 16, 30, 12, 20], seed=2 + self.world.rank)
         losses = []
         for step in range(3):
@@ -352,7 +356,7 @@ class SelfTest:
         if self.dev is None:
             raise RuntimeError("no device: the npu check failed")
 
-    def _tiny_model(self, method: str, attn: str) -> Any:
+    def _tiny_model(self, method: str, attn: str, dev: Any = None) -> Any:
         """A random Qwen2 with a small vocabulary, saved once (before any process group: transformers writes
         checkpoints from the main process only) and loaded through the trainer's own load path."""
         import torch
@@ -367,7 +371,8 @@ class SelfTest:
                                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                                  tie_word_embeddings=True, pad_token_id=0)
             Qwen2ForCausalLM(config).save_pretrained(self._model_dir)
-        return model.load_model(replace(self.cfg, model=self._model_dir, method=method), self.dev, self.prec, attn)
+        return model.load_model(replace(self.cfg, model=self._model_dir, method=method), dev or self.dev, self.prec,
+                                attn)
 
 
 VOCAB = 512

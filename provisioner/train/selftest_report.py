@@ -32,6 +32,8 @@ FIXES = (
     (r"EI0006|socket|Connection|timed out|Timeout|rendezvous",
      "the workers could not connect: check HCCL_IF_IP / --socket-ifname, free port 16666 (HCCL_IF_BASE_PORT) and"
      " raise HCCL_CONNECT_TIMEOUT"),
+    # A strategy refused with the way forward (train/requirements.py, zero.check_supported) names it.
+    (r"use strategy: (\w+)", r"set strategy: \1 in the config (the way forward the error names)"),
 )
 
 
@@ -48,8 +50,9 @@ class Result:
 
 def fix_for(error: str, default: str) -> str:
     for pattern, fix in FIXES:
-        if re.search(pattern, error, re.IGNORECASE):
-            return fix
+        found = re.search(pattern, error, re.IGNORECASE)
+        if found:
+            return found.expand(fix)
     return default
 
 

@@ -109,6 +109,8 @@ def test_fixes_and_report_lines():
     assert report.fix_for("ImportError: libascend_hal.so: cannot open shared object file", "x").startswith(
         "CANN or driver libraries are missing")
     assert report.fix_for("something else", "the default") == "the default"
+    assert report.fix_for("ConfigError: config: strategy: fsdp: ...: use strategy: zero3 (DeepSpeed", "x") == (
+        "set strategy: zero3 in the config (the way forward the error names)")
     ok = [report.Result(name, "ok", "fine", rank=r) for name in report.CHECKS for r in (0,)]
     bad = [report.Result(name, "ok", "fine", rank=1) for name in report.CHECKS]
     bad[4] = report.Result("all-reduce", "fail", error="boom", fix="do this", rank=1)
@@ -148,3 +150,36 @@ def test_a_worker_whose_chip_fails_does_not_hang_the_others(tmp_path):
     assert lines[0].startswith("selftest: FAIL  npu ") and lines[0].endswith("(ranks 1)")
     assert lines[1].startswith("selftest: ") and "fix: the chip is not visible" in lines[1]
     assert lines[-1] == "selftest: self-test FAILED (1 of 6 checks) on 2 workers"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["fsdp", pytest.param("zero3", marks=pytest.mark.full)])
+def test_train_steps_run_the_configured_sharded_strategy_over_two_workers(tmp_path, strategy):
+    """The self-test reports the strategy it ran: FSDP2 and ZeRO-3 shard the tiny model over both workers
+    through the trainer's own engine (before, both ran the DDP engine and passed whatever their support)."""
+    if strategy == "zero3":
+        pytest.importorskip("deepspeed")
+    config = write_config(tmp_path / "train.yaml", method="full", strategy=strategy)
+    code, doc, out = run_selftest(tmp_path, 2, cpu_env(tmp_path), "--config", str(config))
+    assert code == 0, out[-4000:]
+    detail = checks(doc)["train-steps"]["detail"]
+    assert detail.startswith(f"full, fp32, {strategy}, sdpa, "), detail
+    assert ("AdamW" if strategy == "fsdp" else "Stage3") in detail
+
+
+@pytest.mark.slow
+def test_fsdp_on_a_torch_25_stack_fails_the_self_test_with_zero3_named(tmp_path):
+    """torch_npu 2.5 has no FSDP2 support (matrices/torch_npu.yaml torch_npu_features): train-steps fails with
+    the trainer's own refusal and its way forward; the chip's checks still pass."""
+    config = write_config(tmp_path / "train.yaml", strategy="fsdp")
+    code, doc, out = run_selftest(tmp_path, 1, npu_fake.env(tmp_path, torch_npu="2.5.1.post1"), "--config",
+                                  str(config))
+    assert code == 1 and doc["status"] == "failed", out[-4000:]
+    c = checks(doc)
+    assert all(c[k]["status"] == "ok" for k in ("npu", "matmul", "attention", "fused-optimizer")), c
+    assert doc["versions"]["torch_npu"] == "2.5.1.post1"
+    step = c["train-steps"]
+    assert step["status"] == "fail"
+    assert step["error"].startswith("ConfigError: config: strategy: fsdp: torch_npu 2.5.1.post1 does not support "
+                                    "PyTorch FSDP2 (fully_shard) on the NPU")
+    assert step["fix"] == "set strategy: zero3 in the config (the way forward the error names)"
