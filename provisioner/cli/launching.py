@@ -78,6 +78,7 @@ def _launch_job(m, spec, engine, info, devplan, notes, kw, as_json, dry_run, che
                 name, stop_timeout, labels, init):
     """`launch --job`: validate the job against this launch, write its directory, run it (after --check)."""
 
+    from provisioner.jobs import disk as jobdisk
     from provisioner.jobs import plan as jobplan
     from provisioner.launch import jobrun
     from provisioner.launch import run as launch
@@ -104,6 +105,7 @@ def _launch_job(m, spec, engine, info, devplan, notes, kw, as_json, dry_run, che
             est = jplan.memory
             print(f"memory: {est['total_mb'] / 1024:.1f} GB of {((est['hbm_mb'] or 0) / 1024):.0f} GB per chip"
                   f" ({jplan.spec.parallel.label()})")
+            print(f"disk: {jobdisk.describe(jplan.disk)} under {jplan.spec.output}")
         return 0
     if check:
         probe = launch.Job(plan=devplan, image=info, target=None, check=True, env=user_env, volumes=[],

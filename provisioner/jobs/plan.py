@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 
 from provisioner.errors import ProvisionError
 from provisioner.jobs import catalog, memory
+from provisioner.jobs import disk as jobdisk
 from provisioner.jobs import model as models
 from provisioner.jobs.spec import JobSpec, Parallel
 
@@ -68,6 +69,7 @@ class JobPlan:
     release: str | None
     scripts: dict = field(default_factory=dict)  # the framework's scripts for its release (job_scripts)
     flags: frozenset = frozenset()  # the framework flags its release takes (job_flags)
+    disk: dict = field(default_factory=dict)  # what the job writes under its output (provisioner.jobs.disk)
     files: dict = field(default_factory=dict)  # path under the job dir -> text
     notes: list[str] = field(default_factory=list)
 
@@ -101,6 +103,7 @@ class JobPlan:
             "parallel": self.spec.parallel.label(),
             "precision": self.precision,
             "memory": self.memory,
+            "disk": self.disk,
             "paths": self.paths,
             "steps": [s.to_dict() for s in self.steps],
             "env": dict(self.env),
@@ -196,7 +199,8 @@ def build(matrix, spec: JobSpec, card: str, chips_per_node: int, nnodes: int = 1
                    card={"id": card_row["id"], "name": card_row["name"], "family": family["id"]},
                    chips_per_node=chips_per_node, nnodes=nnodes, precision=precision, memory=est,
                    paths=paths(spec, kind), steps=[], env=env, checkout=checkout, release=release, notes=notes,
-                   scripts=fw_scripts, flags=catalog.flags(matrix, fw, stack))
+                   scripts=fw_scripts, flags=catalog.flags(matrix, fw, stack),
+                   disk=jobdisk.estimate(matrix, spec, shape, kind))
     plan.steps = steps(plan)
     plan.files = render_files(plan, handler)
     return plan

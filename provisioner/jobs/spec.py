@@ -34,7 +34,7 @@ TOP_KEYS = {"kind", "name", "model", "model_config", "data", "parallel", "train"
 DATA_KEYS = {"path", "format", "map_keys", "prompt_type"}
 PARALLEL_KEYS = {"tensor", "pipeline", "data"}
 TRAIN_KEYS = {"seq_length", "micro_batch_size", "global_batch_size", "steps", "lr", "min_lr", "save_interval",
-              "recompute", "seed", "weight_decay", "warmup_fraction"}
+              "keep_checkpoints", "recompute", "seed", "weight_decay", "warmup_fraction"}
 GRPO_KEYS = {"n_samples_per_prompt", "max_prompt_length", "max_response_length", "kl_coef", "temperature",
              "infer_tensor_parallel", "gpu_memory_utilization", "reward"}
 
@@ -70,6 +70,7 @@ class Train:
     lr: float = 1.25e-6
     min_lr: float | None = None
     save_interval: int | None = None  # None: once, at the last step
+    keep_checkpoints: int = 2  # the newest resumable checkpoints kept; older ones are removed
     recompute: str = "none"
     seed: int = 1234
     weight_decay: float = 0.0
@@ -196,6 +197,7 @@ def parse(doc, source: str) -> JobSpec:
         lr=_float(tr, "lr", where, "train", Train.lr),
         min_lr=_float(tr, "min_lr", where, "train", None),
         save_interval=_int(tr, "save_interval", where, "train", 1, default=None),
+        keep_checkpoints=_int(tr, "keep_checkpoints", where, "train", 1, default=Train.keep_checkpoints),
         recompute=_choice(tr, "recompute", RECOMPUTE, where, "train", "none"),
         seed=_int(tr, "seed", where, "train", 0, default=Train.seed),
         weight_decay=_float(tr, "weight_decay", where, "train", Train.weight_decay),

@@ -76,7 +76,10 @@ def image_framework(info: ImageInfo) -> dict | None:
 
 
 def check_host(plan) -> list[str]:
-    """What this host lacks for the job (the launch refuses): the model directory, the data file."""
+    """What this host lacks for the job (the launch refuses): the model directory, the data file, the disk
+    space its output needs (provisioner.jobs.disk, where this host can read it)."""
+    from provisioner.jobs import disk as jobdisk
+
     spec = plan.spec
     reasons = []
     if not os.path.isdir(spec.model):
@@ -86,6 +89,8 @@ def check_host(plan) -> list[str]:
         reasons.append(f"{spec.at('data.path')}: data file {spec.data.path} does not exist on this host")
     if os.path.exists(spec.output) and not os.path.isdir(spec.output):
         reasons.append(f"{spec.at('output')}: output {spec.output} exists and is not a directory")
+    elif plan.disk:
+        reasons += jobdisk.check(spec, plan.disk)
     return reasons
 
 

@@ -97,6 +97,9 @@ def test_stopped_midway_then_resumed(tmp_path, shipped, stacks):
     assert "--finetune" not in second["argv"] and second["start"] == stopped_at
     assert second["argv"][second["argv"].index("--load") + 1] == p.paths["checkpoints"]
     assert tracker.read_text() == "6"
+    # train.keep_checkpoints 2 (the default): iterations 2, 4 and 6 were saved, the oldest is gone
+    assert sorted(d.name for d in tracker.parent.glob("iter_*")) == ["iter_0000004", "iter_0000006"]
+    assert "removing checkpoint iter_0000002 (train.keep_checkpoints: 2)" in text
     export = Path(p.paths["export"])
     assert (export / "config.json").is_file() and (export / "tokenizer.json").is_file()
     assert not Path(p.paths["export"] + ".partial").exists()

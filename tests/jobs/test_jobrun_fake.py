@@ -214,3 +214,25 @@ def test_k8s_job_reads_the_image_stack_from_the_engine(engine, host, job, capsys
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1
     assert "image not-here:1 is not in the local engine" in err and "give its stack with --stack FILE" in err
+
+
+def test_dry_run_shows_the_disk_the_job_writes_and_a_full_output_filesystem_is_refused(engine, host, job, tmp_path,
+                                                                                       capsys, monkeypatch):
+    rc, out, err = launch(capsys, host, job, "--dry-run")
+    assert rc == 0, err
+    (line,) = [x for x in out.splitlines() if x.startswith("disk: ")]
+    # tiny model; 6 steps saved every 2: 3 saves, 2 kept + 1 being written
+    assert "3 checkpoints of" in line and "(train.keep_checkpoints 2, and one more while the next is written)" in line
+    assert line.endswith(f"under {tmp_path / 'out'}")
+    real = os.statvfs
+
+    def full(path):  # the output's filesystem (tmp_path, the nearest existing parent) has one 4 KiB block free
+        st = real(path)
+        return os.statvfs_result((st.f_bsize, 4096, st.f_blocks, 1, 1, *tuple(st)[5:]))
+
+    monkeypatch.setattr(os, "statvfs", full)
+    rc, out, err = launch(capsys, host, job, "--dry-run")
+    assert rc == 2 and err.count("\n") == 1 and out == "", err
+    assert "the job writes about" in err and f"under {tmp_path / 'out'}, and its filesystem has 0.0 GB free" in err
+    assert "lower train.keep_checkpoints or choose another output" in err
+    assert not (tmp_path / "out").exists()

@@ -64,13 +64,45 @@ if [ "$NODE_RANK" != 0 ] && [ -z "${RAY_ADDRESS:-}" ]; then
   exit 0
 fi
 
+# Keep the newest 2 checkpoint(s) (train.keep_checkpoints): Megatron writes <save>/iter_NNNNNNN,
+# names it in the tracker once every rank has saved, and never removes an older one, though each holds the
+# optimizer and RNG state (14 bytes a parameter). Node 0 removes the oldest complete iterations (at or below
+# the tracker's) beyond the newest kept, while training runs and once it has ended.
+keep_checkpoints=2
+prune_checkpoints() {
+  local latest d n i count=0
+  local complete=()
+  [ "$NODE_RANK" = 0 ] || return 0
+  latest="$(cat "$tracker" 2>/dev/null || true)"
+  case "$latest" in ''|*[!0-9]*) return 0 ;; esac
+  for d in "$save"/iter_[0-9][0-9][0-9][0-9][0-9][0-9][0-9]; do
+    [ -d "$d" ] || continue
+    n=$((10#${d##*/iter_}))
+    if [ "$n" -le "$latest" ]; then complete+=("$d"); count=$((count + 1)); fi
+  done
+  for ((i = 0; i + keep_checkpoints < count; i++)); do
+    echo "[provision-job] removing checkpoint ${complete[i]##*/} (train.keep_checkpoints: $keep_checkpoints)"
+    rm -rf "${complete[i]}"
+  done
+}
+pruner=""
+start_pruner() {
+  if [ "$NODE_RANK" = 0 ]; then
+    ( while sleep 60 </dev/null >/dev/null 2>&1; do prune_checkpoints; done ) &
+    pruner=$!
+  fi
+}
+stop_pruner() {
+  if [ -n "$pruner" ]; then kill "$pruner" 2>/dev/null || true; wait "$pruner" 2>/dev/null || true; pruner=""; fi
+}
+trap stop_pruner EXIT
 started=0
 if [ -z "${RAY_ADDRESS:-}" ]; then
   ray stop --force >/dev/null 2>&1 || true
   ray start --head --port=6379 --dashboard-host=0.0.0.0 --dashboard-port=8265 \
       --resources="{\"NPU\": $npus_per_node}" "${ip_args[@]}"
   started=1
-  trap 'ray stop >/dev/null 2>&1 || true' EXIT
+  trap 'stop_pruner; ray stop >/dev/null 2>&1 || true' EXIT
 fi
 want=$((nodes * npus_per_node))
 for try in $(seq 1 360); do
@@ -90,11 +122,14 @@ if [ -f "$tracker" ]; then
              actor_config.no_load_rng=false)
 fi
 mkdir -p "$save"
+start_pruner
 python cli/train_grpo.py \
     --config-path /output/qwen25-7b-grpo/provision-job/configs \
     --config-name grpo \
     hydra.run.dir=/output/qwen25-7b-grpo/provision-job/hydra/train \
     "${overrides[@]}"
+stop_pruner
+prune_checkpoints
 # Training is complete when Megatron's tracker names the last iteration (node 0 always sees it; other
 # nodes do with shared storage). Then the step's output marker is written.
 if [ -f "$tracker" ]; then

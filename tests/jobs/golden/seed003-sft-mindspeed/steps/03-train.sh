@@ -22,6 +22,38 @@ export PYTHONPATH=/opt/MindSpeed-LLM"${PYTHONPATH:+:$PYTHONPATH}"
 save=/output/qwen25-7b-sft/checkpoints/tp2-pp1
 tracker="$save/latest_checkpointed_iteration.txt"
 mkdir -p "$save"
+# Keep the newest 2 checkpoint(s) (train.keep_checkpoints): Megatron writes <save>/iter_NNNNNNN,
+# names it in the tracker once every rank has saved, and never removes an older one, though each holds the
+# optimizer and RNG state (14 bytes a parameter). Node 0 removes the oldest complete iterations (at or below
+# the tracker's) beyond the newest kept, while training runs and once it has ended.
+keep_checkpoints=2
+prune_checkpoints() {
+  local latest d n i count=0
+  local complete=()
+  [ "$NODE_RANK" = 0 ] || return 0
+  latest="$(cat "$tracker" 2>/dev/null || true)"
+  case "$latest" in ''|*[!0-9]*) return 0 ;; esac
+  for d in "$save"/iter_[0-9][0-9][0-9][0-9][0-9][0-9][0-9]; do
+    [ -d "$d" ] || continue
+    n=$((10#${d##*/iter_}))
+    if [ "$n" -le "$latest" ]; then complete+=("$d"); count=$((count + 1)); fi
+  done
+  for ((i = 0; i + keep_checkpoints < count; i++)); do
+    echo "[provision-job] removing checkpoint ${complete[i]##*/} (train.keep_checkpoints: $keep_checkpoints)"
+    rm -rf "${complete[i]}"
+  done
+}
+pruner=""
+start_pruner() {
+  if [ "$NODE_RANK" = 0 ]; then
+    ( while sleep 60 </dev/null >/dev/null 2>&1; do prune_checkpoints; done ) &
+    pruner=$!
+  fi
+}
+stop_pruner() {
+  if [ -n "$pruner" ]; then kill "$pruner" 2>/dev/null || true; wait "$pruner" 2>/dev/null || true; pruner=""; fi
+}
+trap stop_pruner EXIT
 if [ -f "$tracker" ]; then
   # Megatron's own resume: iteration, optimizer, RNG and data position come from the last checkpoint.
   echo "[provision-job] resuming training from iteration $(cat "$tracker") of 2000"
@@ -29,6 +61,7 @@ if [ -f "$tracker" ]; then
 else
   load_args=(--load /output/qwen25-7b-sft/weights/mcore-tp2-pp1 --finetune --no-load-optim --no-load-rng)
 fi
+start_pruner
 torchrun \
     --nproc_per_node "${NPROC_PER_NODE:-4}" \
     --nnodes "${NNODES:-1}" \
@@ -103,6 +136,8 @@ torchrun \
     --save "$save" \
     "${load_args[@]}" \
     --distributed-backend nccl
+stop_pruner
+prune_checkpoints
 # Training is complete when Megatron's tracker names the last iteration (node 0 always sees it; other
 # nodes do with shared storage). Then the step's output marker is written.
 if [ -f "$tracker" ]; then
