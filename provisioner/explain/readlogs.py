@@ -56,7 +56,7 @@ _ATTEMPT_DIR = re.compile(r"^attempt_\d{1,4}$")
 _CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")
 
 
-@dataclass
+@dataclass(slots=True)
 class Line:
     """One line of a log, what it says about its origin (None where it says nothing), and its place."""
 
@@ -109,33 +109,35 @@ def parse_line(raw: str, source: int, lineno: int, plog: bool = False) -> Line:
     line = Line(source, lineno, text, rank=rank, pid=pid)
     if plog and (m := _PLOG.match(text)):
         line.level, line.pid = m["level"], int(m["pid"])
-    if m := _NPU_IDS.search(text):
+    # Each search only where a plain substring test says it can match (most lines of a long log carry nothing).
+    if "PID:" in text and (m := _NPU_IDS.search(text)):
         line.pid = line.pid or int(m["pid"])
         if int(m["device"]) >= 0:
             line.device = int(m["device"])
         if int(m["rank"]) >= 0 and line.rank is None:
             line.rank = int(m["rank"])
-    elif line.pid is None and (m := _CANN_PID.search(text)):
+    elif line.pid is None and "[PID:" in text and (m := _CANN_PID.search(text)):
         line.pid = int(m["pid"])
-    if line.rank is None and (m := _RANK_WORD.search(text)):
+    if line.rank is None and "Rank " in text and (m := _RANK_WORD.search(text)):
         line.rank = int(m["rank"])
-    if m := _CHIP.search(text):
+    if ("chipId" in text or "phy_id" in text) and (m := _CHIP.search(text)):
         line.chip = int(m["chip"] or m["phy"])
-    if line.device is None and (m := _DEVICE.search(text)):
+    if line.device is None and ("NPU " in text or "dev" in text) and (m := _DEVICE.search(text)):
         line.device = int(m["npu"] or m["devid"] or m["did"])
-    if m := _PEER.search(text):
+    if ("remote rank" in text or "dst_rank" in text) and (m := _PEER.search(text)):
         line.peer = int(m["remote"] or m["dst"])
-    line.stamp = _stamp(text)
+    if ":" in text:
+        line.stamp = _stamp(text)
     return line
 
 
 def _stamp(text: str) -> tuple | None:
-    if m := _FULL_TIME.search(text):
+    if "20" in text and (m := _FULL_TIME.search(text)):
         micro = int((m["f"] or "0")[:6].ljust(6, "0"))
         if m["u"] and m["f"] and len(m["f"]) == 3:  # CANN: .fff.uuu (milliseconds, then microseconds)
             micro = int(m["f"]) * 1000 + int(m["u"])
         return (int(m["y"]), int(m["mo"]), int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]), micro)
-    if m := _GLOG_TIME.search(text):
+    if (text[:1] in "IWEF[" or "[" in text) and (m := _GLOG_TIME.search(text)):
         md = m["md"]
         return (None, int(md[:-2]), int(md[-2:]), int(m["h"]), int(m["mi"]), int(m["s"]),
                 int(m["f"][:6].ljust(6, "0")))
@@ -226,7 +228,11 @@ def read_paths(paths: list[str]) -> list[Source]:
         kind, rank, pid, device = _kind(path)
         raw, truncated = _read_text(path, budget)
         src = Source(path, kind, rank, pid, device, truncated=truncated)
-        src.lines = [parse_line(t, len(sources), i + 1, plog=kind == "plog") for i, t in enumerate(raw)]
+        if kind == "plog":  # only ERROR lines are classified; the PID is the file's
+            src.lines = [parse_line(t, len(sources), i + 1, plog=True) for i, t in enumerate(raw)
+                         if t.startswith("[ERROR]")]
+        else:
+            src.lines = [parse_line(t, len(sources), i + 1) for i, t in enumerate(raw)]
         sources.append(src)
         if budget[0] <= 0:
             break

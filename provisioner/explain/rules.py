@@ -35,6 +35,9 @@ class Rules:
         self.rules = rules
         self.by_id = {r.id: r for r in rules}
         self._matching = [r for r in rules if r.match]
+        # one search over every fragment finds the few lines worth the row-by-row test (file order decides)
+        frags = sorted({f for r in self._matching for f in r.match}, key=len, reverse=True)
+        self._any = re.compile("|".join(map(re.escape, frags))) if frags else None
 
     @classmethod
     def from_matrix(cls, matrix) -> Rules:
@@ -48,10 +51,11 @@ class Rules:
         """The rule for a line (after its prefixes) and the CANN code it carries, or None."""
         code_m = _CANN.search(text)
         code = code_m.group(1) if code_m else None
-        for rule in self._matching:
-            for frag in rule.match:
-                if frag in text:
-                    return rule, code or rule.code
+        if self._any is not None and self._any.search(text):
+            for rule in self._matching:
+                for frag in rule.match:
+                    if frag in text:
+                        return rule, code or rule.code
         if code and (r := self.by_id.get(CANN_CODE)):
             return r, code
         if _PY_EXC.match(text) and (r := self.by_id.get(PYTHON_EXCEPTION)):
