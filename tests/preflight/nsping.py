@@ -39,7 +39,7 @@ def ping(address: str, count: int = 3, wait: float = 0.5) -> int:
                 s.settimeout(left)
                 try:
                     data, _ = s.recvfrom(2048)
-                except (socket.timeout, OSError):
+                except OSError:  # socket.timeout is an OSError
                     break
                 ihl = (data[0] & 0x0F) * 4
                 kind, _, _, rid, rseq = struct.unpack("!BBHHH", data[ihl:ihl + 8])
