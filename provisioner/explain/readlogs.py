@@ -12,10 +12,10 @@ What `provision explain` reads (a LOG argument is a file or a directory, walked 
     [file:line]text` (CANN log reference); only ERROR lines are classified. A plog names its PID; the rank comes
     from a stream line of torch_npu that pairs the same PID with a RankID or rank prefix.
 
-Times: CANN's yyyy-mm-dd-hh:mm:ss.fff.uuu, ISO-like yyyy-mm-dd hh:mm:ss[,.]fff, and glog's [IWEF]MMDD hh:mm:ss.uuu
-(no year: the year of the nearest full time in the same file, else of any file). Logs are untrusted: files are
-read up to MAX_FILE_BYTES (the end of a longer file), lines cut at MAX_LINE, directories walked up to MAX_FILES,
-and text meant for a terminal goes through `clean`.
+Times: CANN's yyyy-mm-dd-hh:mm:ss.fff.uuu, ISO-like yyyy-mm-dd hh:mm:ss[,.]fff, glog's [IWEF]MMDD hh:mm:ss.uuu and
+vLLM's `ERROR MM-DD hh:mm:ss` (no year: the year of the first full time in the same file, else of any file).
+Logs are untrusted: files are read up to MAX_FILE_BYTES (the end of a longer file), lines cut at MAX_LINE,
+directories walked up to MAX_FILES, and text meant for a terminal goes through `clean`.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ _PEER = re.compile(r"remote rank: ?\[(?P<remote>\d{1,6})\]|dst_rank\[(?P<dst>\d{
 _FULL_TIME = re.compile(r"(?<!\d)(?P<y>20\d\d)-(?P<mo>\d\d)-(?P<d>\d\d)[- T](?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)"
                         r"(?:[.,](?P<f>\d{1,9}))?(?:\.(?P<u>\d{3}))?")
 _GLOG_TIME = re.compile(r"(?:^|\[)[IWEF](?P<md>\d{3,4}) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)\.(?P<f>\d{1,9})")
+_VLLM_TIME = re.compile(r"^(?:ERROR|WARNING|INFO|DEBUG) (?P<mo>\d\d)-(?P<d>\d\d) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)")
 _PLOG_NAME = re.compile(r"^(?:plog|device)-(?P<pid>\d{1,9})_\d{6,20}\.log$")
 _DEVICE_DIR = re.compile(r"^device-(?P<device>\d{1,4})$")
 _ATTEMPT_DIR = re.compile(r"^attempt_\d{1,4}$")
@@ -141,6 +142,8 @@ def _stamp(text: str) -> tuple | None:
         md = m["md"]
         return (None, int(md[:-2]), int(md[-2:]), int(m["h"]), int(m["mi"]), int(m["s"]),
                 int(m["f"][:6].ljust(6, "0")))
+    if m := _VLLM_TIME.match(text):
+        return (None, int(m["mo"]), int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]), 0)
     return None
 
 

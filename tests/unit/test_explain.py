@@ -136,8 +136,10 @@ def test_times_of_each_kind(tmp_path):
         "[ERROR] HCCL(2717288,python3):2025-07-23-03:49:57.177.194 [hccl_socket_manager.cc:778] x",
         "[rank1]:[E626 06:24:44.903881913 ProcessGroupNCCL.cpp:616] [Rank 1] y",
         "[ERROR] 2025-06-25-10:45:23 (PID:13075, Device:0, RankID:8) ERR00100 PTA call acl api failed",
+        "(EngineCore_DP0 pid=1228) ERROR 03-30 03:00:55 [patch_core.py:68] EngineCore failed to start.",
     ], "t")
-    a, b, c = (ln.stamp for ln in src.lines)
+    a, b, c, d = (ln.stamp for ln in src.lines)
+    assert d == (None, 3, 30, 3, 0, 55, 0) and src.lines[3].pid == 1228
     assert a == (2025, 7, 23, 3, 49, 57, 177194)
     assert b == (None, 6, 26, 6, 24, 44, 903881) and src.lines[1].rank == 1
     assert c == (2025, 6, 25, 10, 45, 23, 0) and src.lines[2].rank == 8 and src.lines[2].pid == 13075
