@@ -184,3 +184,15 @@ def test_a_failed_launch_prints_the_explanation(shipped):
     assert launch.explanation(container.RunResult("run", "c1", [], exit_code=0)) is None
     shown = launch.explanation_lines({"explanation": found})
     assert shown[0].startswith("explain: first failure: rank 5")
+
+
+def test_a_time_out_that_names_its_peer_points_at_that_rank(tmp_path, table):
+    log = tmp_path / "out.log"
+    log.write_text("".join(f"[rank{r}]:{{'loss': 3.5534, 'epoch': 0.01}}\n" for r in range(4))
+                   + "[rank1]:EI0009: [PID: 2225827] 2025-09-24-20:59:48.119.066 Transport init error. Reason:"
+                   " [Create][DestLink]Create Dest error! createLink para:rank[1]-localUserrank[1]-localIpAddr"
+                   "[172.16.0.114], dst_rank[0]-remoteUserrank[0]-remote_ip_addr[172.16.0.114]\n")
+    doc = analyze.explain(readlogs.read_paths([str(log)]), table)
+    assert doc["status"] == "unexplained" and doc["cause_id"] == "hccl-transport-init"
+    assert doc["suspects"] == [0] and doc["first_failing_rank"] == 0 and doc["suspected"] is True
+    assert [c["rank"] for c in doc["consequences"]] == [1]
