@@ -61,6 +61,14 @@ SIZES: dict[str, dict[str, int]] = {
         num_key_value_heads=2,
         intermediate_size=768,
     ),
+    # The held-out shape of the trainer's speed check: hidden 512 x 8 layers, Qwen2.5's MLP ratio (~5.4x).
+    "medium": dict(
+        hidden_size=512,
+        num_hidden_layers=8,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        intermediate_size=2816,
+    ),
     # The shapes of Qwen2.5-0.5B and Qwen2.5-1.5B, with random weights.
     "0.5b": dict(
         hidden_size=896,
