@@ -14,7 +14,8 @@ JOB_SCHEMA = "provision.launch-job/1"
 
 
 def main(overlays, as_json, image, check, check_only, selftest, module, script, exec_, env, volumes, workdir, network,
-           mode, user, name, rank_table, labels, keep, stop_timeout, no_init, job_file, dry_run, args, **kw) -> int:
+           mode, user, name, rank_table, labels, keep, stop_timeout, no_init, job_file, dry_run, args, stack_file=None,
+           **kw) -> int:
     """Validate the values, plan the chips, run the job (or the framework job file); the exit code."""
     from provisioner import validate
     from provisioner.cli.options import multi_node, plan_options
@@ -39,6 +40,9 @@ def main(overlays, as_json, image, check, check_only, selftest, module, script, 
                                  " --check-only, --selftest or --workdir")
     elif dry_run:
         raise ProvisionError("--dry-run goes with --job")
+    if stack_file and not (job_file and dry_run):
+        raise ProvisionError("--stack goes with --job --dry-run (to check a job before its image exists; a launch"
+                             " reads the stack from the image's label)")
     target = None if job_file else _target(module, script, exec_, check_only, args)
     multi_node(kw).require_master()
     user_env = torchrun.parse_env(env, dict(os.environ))
@@ -52,6 +56,8 @@ def main(overlays, as_json, image, check, check_only, selftest, module, script, 
     m = loader.load(list(overlays or ()))
     if kw.pop("preflight", False) and (code := preflight_gate(m, kw, user_env, as_json)) is not None:
         return code
+    if spec is not None and stack_file:
+        return _job_from_stack(m, spec, stack_file, image, mode, kw, as_json, user=user, rank_table=rank_table)
     engine = launch.connect()
     try:
         info = launch.inspect_image(engine, image)
@@ -74,19 +80,41 @@ def main(overlays, as_json, image, check, check_only, selftest, module, script, 
     return report(doc, as_json, "provision launch", launch.describe, launch.exit_code)
 
 
+def _job_from_stack(m, spec, stack_file: str, image: str, mode: str, kw, as_json: bool, **extra) -> int:
+    """`launch --job --dry-run --stack FILE`: the job checked against a stack file (`provision resolve --json`
+    output, or an image's label) before its image exists, as `k8s --job --stack` does. No engine is asked: the
+    chips' in-use check is left out, and --mode auto plans --device nodes."""
+    from dataclasses import replace
+
+    from provisioner.cli.options import plan_options
+    from provisioner.devices import plan as devices
+    from provisioner.upgrade import stacks
+
+    stack = stacks.load_file(stack_file, "--stack")
+    opts = plan_options(m, kw, check_in_use=False, **extra)
+    try:
+        devplan = devices.plan(m, replace(opts, mode="devices" if mode == "auto" else mode, stack=stack))
+    except devices.PlanRefused as exc:
+        return refuse(JOB_SCHEMA, exc, as_json)
+    return _launch_job(m, spec, None, None, devplan, [], kw, as_json, True, False, {}, [], None, False, None, 20, {},
+                       True, given=(stack, image))
+
+
 def _launch_job(m, spec, engine, info, devplan, notes, kw, as_json, dry_run, check, user_env, mounts, network, keep,
-                name, stop_timeout, labels, init):
-    """`launch --job`: validate the job against this launch, write its directory, run it (after --check)."""
+                name, stop_timeout, labels, init, given: tuple[dict, str] | None = None):
+    """`launch --job`: validate the job against this launch, write its directory, run it (after --check).
+    `given`: (stack, image reference) of a dry run checked against a stack file (no `info`, no engine)."""
 
     from provisioner.jobs import disk as jobdisk
     from provisioner.jobs import plan as jobplan
     from provisioner.launch import jobrun
     from provisioner.launch import run as launch
 
-    stack, _ = launch.image_stack(info)
+    stack, ref = given if given is not None else (launch.image_stack(info)[0], info.ref)
     try:
         jplan = jobplan.build(m, spec, card=kw["card"], chips_per_node=len(devplan.chips), nnodes=kw["nnodes"],
-                              stack=stack, image=f"image {info.ref}", framework=jobrun.image_framework(info))
+                              stack=stack, image=f"image {ref}",
+                              framework=jobrun.image_framework(info) if info is not None else None)
         reasons = jobrun.check_host(jplan)
         if not spec.resume and (found := jobplan.previous_run(jplan)):
             reasons.append(f"{spec.at('resume')}: resume: false, but {spec.output} holds an earlier run ({found[0]});"
@@ -96,7 +124,7 @@ def _launch_job(m, spec, engine, info, devplan, notes, kw, as_json, dry_run, che
     except jobplan.JobRefused as exc:
         return refuse(JOB_SCHEMA, exc, as_json)
     if dry_run:
-        doc = jobrun.dry_run(jplan, devplan, info.ref)
+        doc = jobrun.dry_run(jplan, devplan, ref)
         if as_json:
             emit_json(doc)
         else:

@@ -119,6 +119,9 @@ LAUNCH = (
     Opt("--job", "job_file", "Run a framework job file (MindSpeed-LLM SFT, MindSpeed-RL GRPO, MindSpore SFT): every"
         " step, resumable.", kind="path", metavar="FILE"),
     Opt("--dry-run", "dry_run", "With --job: validate and show the steps; write and start nothing.", kind="flag"),
+    Opt("--stack", "stack_file", "With --job --dry-run: check the job against this stack JSON (`provision resolve"
+        " --json` output or an image's label) instead of the image's, before the image exists; no engine is asked.",
+        kind="path", metavar="FILE"),
 )
 
 RESOLVE_KEYS = tuple(o.dest for o in RESOLVE)

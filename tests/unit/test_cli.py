@@ -180,6 +180,7 @@ LAUNCH_LINES = [
     [*REQUIRED, "--check", "--keep", "--no-init", "--stop-timeout", "5", "--mode", "devices", "--matrix", "o.yaml",
      "--label", "a=b", "--label", "c=d", "--root", "/h", "--dev-root=/h/dev", "--driver-mount", "whole", "--"],
     [*REQUIRED, "--job", "job.yaml", "--dry-run", "--task", "train", "--shm-size", "16g", "--rank-table", "r.json"],
+    [*REQUIRED, "--job", "job.yaml", "--dry-run", "--stack", "stack.json", "--json"],
 ]
 NOT_FAST = [
     REQUIRED[:-2],  # no --image: click says so
@@ -209,6 +210,7 @@ def test_launch_fast_path_leaves_any_doubt_to_click(argv):
 @pytest.mark.parametrize("extra", [
     ["--image", "bad image"],  # a refused value: the library's one line
     ["--image", "img:1", "--dry-run"],
+    ["--image", "img:1", "--stack", "s.json"],  # --stack goes with --job --dry-run
     ["--image", "img:1", "--job", "j.yaml", "--", "x"],
     ["--image", "img:1", "--nnodes", "2"],  # multi-node without --master-addr
     ["--image", "img:1"],  # no engine at DOCKER_HOST
