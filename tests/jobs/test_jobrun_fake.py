@@ -236,3 +236,23 @@ def test_dry_run_shows_the_disk_the_job_writes_and_a_full_output_filesystem_is_r
     assert "the job writes about" in err and f"under {tmp_path / 'out'}, and its filesystem has 0.0 GB free" in err
     assert "lower train.keep_checkpoints or choose another output" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_failed_job_is_explained_after_its_failure_line(engine, host, job, capsys):
+    def program(proc) -> int:  # the out-of-memory line of vllm-ascend#1127 (tests/fixtures/explain/README.md)
+        proc.print("[provision-job] step convert: start")
+        proc.print("[rank2]:RuntimeError: NPU out of memory. Tried to allocate 30.00 MiB (NPU 2; 60.96 GiB total"
+                   " capacity; 60.34 GiB already allocated; 60.34 GiB current active; 14.24 MiB free; 60.60 GiB"
+                   " reserved in total by PyTorch)", "stderr")
+        proc.print("[provision-job] step convert: failed (exit 3)", "stderr")
+        return 3
+
+    engine.programs[IMAGE] = program
+    rc, out, err = launch(capsys, host, job)
+    assert rc == 3
+    lines = err.splitlines()
+    at = next(i for i, line in enumerate(lines) if "job tiny-sft failed in step convert" in line)
+    assert lines[at + 1] == "provision launch: explain: first failure: rank 2 (device 2)"
+    rc, out, err = launch(capsys, host, job, "--json")
+    found = json.loads(out)["explanation"]
+    assert found["first_failing_rank"] == 2 and found["cause_id"] == "npu-out-of-memory"
