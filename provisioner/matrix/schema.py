@@ -189,6 +189,12 @@ SECTIONS: dict[str, Section] = {
         {"vllm": opt(SPECS), "fsdp2_offload_sync_device": opt(STR), **NOTES},
         doc="what TRL's colocated vLLM rollout needs, by TRL version (the vLLM range, the FSDP2-offload weight sync)",
     ),
+    "optimizer_temporaries": Section(
+        "id",
+        {"id": STR, "optimizer": STR, "step": enum("every", "first"), "copies": INT},
+        dict(NOTES),
+        doc="fp32 copies of the trainable parameters an optimizer step keeps alive at once on a device (memory plan)",
+    ),
     "torch": Section(
         "version",
         {"version": VER, "python": PY},

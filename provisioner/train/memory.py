@@ -8,7 +8,8 @@ the smallest change that fits, and measures the real peak. No torch here:
 ``provision-train --check`` prints the plan.
 
 The numbers the formulas use (bytes per state, activation coefficients,
-DeepSpeed buckets) are data: memory.yaml.
+DeepSpeed buckets) are data: memory.yaml; what an optimizer step keeps alive on a device is
+matrices/train_memory.yaml (optimizer_temporaries, with its sources).
 """
 
 from __future__ import annotations
@@ -40,6 +41,21 @@ _LORA_IO = {  # (input width, output width) of each projection a LoRA adapter ca
 @lru_cache(maxsize=1)
 def facts() -> dict[str, Any]:
     return yaml.safe_load(FACTS_FILE.read_text())
+
+
+def optimizer_temporaries(optimizer: str) -> tuple[int, str]:
+    """(fp32 copies of the trainable parameters, what they are): the most an optimizer step of this kind keeps
+    alive at once on a device, from matrices/train_memory.yaml."""
+    from provisioner.matrix import loader
+
+    rows = [r for r in loader.load().rows("optimizer_temporaries") if r["optimizer"] == optimizer]
+    if not rows:
+        return 0, ""
+    top = max(rows, key=lambda r: r["copies"])
+    label = {"torch_foreach": "foreach AdamW", "npu_fused_adamw": "NpuFusedAdamW"}.get(optimizer, optimizer)
+    others = [r for r in rows if r is not top]
+    tail = "; the first step's copy is smaller" if any(r["step"] == "first" for r in others) else ""
+    return top["copies"], f"{label}: {top['copies']} fp32 copies on {top['step']} step{tail}"
 
 
 # ---- the model, from config.json ---------------------------------------------------------------
@@ -163,8 +179,8 @@ class Setup:
     lora_targets: tuple[str, ...] = ("q_proj", "v_proj")
     lora_dropout: bool = True
     max_targets: int | None = None  # target tokens in the fullest micro-batch, from the data (None: all tokens)
-    # the device optimizer whose step temporaries count (memory.yaml optimizer_step_copies): torch_foreach,
-    # npu_fused, or "" (in place, DeepSpeed's, on the CPU, or TRL's)
+    # the device optimizer whose step temporaries count (matrices/train_memory.yaml optimizer_temporaries):
+    # torch_foreach, npu_fused_adamw, or "" (in place, DeepSpeed's, on the CPU, or TRL's)
     optimizer: str = ""
     # GRPO
     prompt_len: int = 0
@@ -209,7 +225,7 @@ def setup_from_config(
             optimizer = "torch_foreach"  # fsdp.py: torch.optim.AdamW(foreach=True) on a device
         elif cfg.strategy == "ddp" and device_type == "npu":
             # optim.py: NpuFusedAdamW for auto/npu_fused_adamw on an NPU; torch AdamW (foreach) for adamw
-            optimizer = "torch_foreach" if cfg.optimizer == "adamw" else "npu_fused"
+            optimizer = "torch_foreach" if cfg.optimizer == "adamw" else "npu_fused_adamw"
     return Setup(
         tuning=cfg.tuning,
         objective="grpo" if grpo else "sft",
@@ -472,14 +488,10 @@ def estimate(shape: ModelShape, su: Setup, device_type: str = "npu") -> Plan:
         largest = largest / (1 if su.strategy == "ddp" else W)
         items.append(Item("step temporaries", copies * largest * 4, "AdamW, largest tensor", ("optimizer step",)))
     elif su.optimizer and device_type != "cpu":
-        oc = f["optimizer_step_copies"]
-        if su.optimizer == "torch_foreach":
-            n, onote = oc["torch_foreach"], "foreach AdamW: sqrt(exp_avg_sq) of every tensor at once"
-        else:
-            n = max(oc["npu_fused_first_step"], oc["npu_fused_step"])
-            onote = "NpuFusedAdamW: sqrt(exp_avg_sq) and its quotient; the first step's combine copy is smaller"
+        n, onote = optimizer_temporaries(su.optimizer)
         per_device = trainable / (1 if su.strategy == "ddp" else W)
-        items.append(Item("step temporaries", n * per_device * 4, onote, ("optimizer step",)))
+        if n:
+            items.append(Item("step temporaries", n * per_device * 4, onote, ("optimizer step",)))
 
     if su.objective == "grpo":
         if su.reference:
