@@ -121,7 +121,7 @@ def test_every_row_classifies_its_own_example_and_cites_a_source(shipped, table)
             hit = table.classify(readlogs.parse_line(row["example"], 0, 1).text)
             assert hit is not None and hit[0].id == row["id"], (row["id"], hit and hit[0].id)
     kinds = {r["id"] for r in rows}
-    for needed in ("aicore-exception", "aivector-exception", "npu-out-of-memory", "hccl-notify-timeout",
+    for needed in ("aicore-exception", "aivector-exception", "npu-out-of-memory", "hccl-notify-timeout", "op-not-on-npu",
                    "hccl-socket-timeout", "cpu-fallback", "hccp-port-down", "open-device-failed"):
         assert needed in kinds
 
