@@ -123,7 +123,7 @@ def test_stack_file_refusal(capsys, plan_hosts, shipped, tmp_path, no_engine):
     path.write_text(json.dumps({"schema": "provision.resolve/1", "status": "ok", "stack": s}))
     rc, out, err = run(capsys, "run-cmd", "--card", "300T-A2", "--devices", "0", "--stack", str(path),
                        *host_args(plan_hosts, "plan-300ta2-4"), "img")
-    one_error_line(rc, out, err, "has CANN 9.1.0, which needs HDK driver 26.1.0 (paired)")
+    one_error_line(rc, out, err, "has CANN 9.1.0, which needs HDK driver 26.0.RC1 or 26.1.0 (paired)")
     bad = tmp_path / "bad.json"
     bad.write_text("{")
     one_error_line(*run(capsys, "run-cmd", "--card", "300T-A2", "--devices", "0", "--stack", str(bad),
