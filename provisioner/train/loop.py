@@ -143,7 +143,8 @@ class Trainer:
             [len(e) for e in self.train_ex], [e.n_targets for e in self.train_ex], cfg.packing is not False
         )
         self.plan = memory_fit.plan(
-            cfg, self.world.size, self.prec.name, capacity, label, self.attn, dev.type, targets=targets
+            cfg, self.world.size, self.prec.name, capacity, label, self.attn, dev.type, targets=targets,
+            held=memory_fit.held_memory(cfg.card, dev),
         )
         for line in self.plan.lines():
             self._info(line)

@@ -35,7 +35,6 @@ from provisioner.train import dist, memory_fit, trl_settings
 from provisioner.train.config import ConfigError, TrainConfig, dump_config
 from provisioner.train.grpo.data import PromptRecord, as_messages, check_records, load_prompts, render_chatml
 from provisioner.train.grpo.rewards import load_rewards
-from provisioner.train.requirements import installed
 
 log = logging.getLogger("provision-train")
 CHECKPOINT_PREFIX = "checkpoint-"
@@ -99,16 +98,14 @@ def render_prompts(
 
 
 def use_vllm(cfg: TrainConfig, dev: devmod.DeviceInfo) -> bool:
-    if cfg.grpo.rollout == "hf":
-        return False
-    if cfg.grpo.rollout == "vllm":
-        if dev.type == "cpu":
-            raise ConfigError("config: grpo.rollout: vllm needs an NPU or a GPU")
-        return True
-    # auto: colocated vLLM where it is installed for this device, transformers generate otherwise
-    if dev.type == "npu":
-        return installed("vllm") and installed("vllm_ascend")
-    return dev.type == "cuda" and installed("vllm")
+    """Colocated vLLM or transformers generate (requirements.vllm_rollout decides; the memory plan counts
+    the same answer)."""
+    from provisioner.train.requirements import vllm_rollout
+
+    on, why = vllm_rollout(cfg, dev.type)
+    if not on and cfg.grpo.rollout == "auto" and dev.type != "cpu":
+        log.info(f"rollout: transformers generate ({why})")
+    return on
 
 
 def grpo_args(cfg: TrainConfig, dev: devmod.DeviceInfo, prec: devmod.Precision, vllm: bool) -> Any:
@@ -316,13 +313,15 @@ def run_grpo(cfg: TrainConfig, resume: str | None) -> dict[str, Any]:
     if not rows:
         raise ConfigError(f"config: data: every prompt is longer than grpo.max_prompt_len={cfg.grpo.max_prompt_len}")
 
-    # The memory plan, before any weight is loaded.
+    # The memory plan, before any weight is loaded, with the rollout the run will use.
+    vllm = use_vllm(cfg, dev)
     capacity: float | None
     if cfg.card:
         capacity, label, _ = memory_fit.card_capacity(cfg.card)
     else:
         capacity, label = memory_fit.device_capacity(dev)
-    plan = memory_fit.plan(cfg, world, prec.name, capacity, label, attn, dev.type)
+    plan = memory_fit.plan(cfg, world, prec.name, capacity, label, attn, dev.type, vllm=vllm,
+                           held=memory_fit.held_memory(cfg.card, dev))
     if is_main:
         for line in plan.lines():
             log.info(line)
@@ -333,7 +332,6 @@ def run_grpo(cfg: TrainConfig, resume: str | None) -> dict[str, Any]:
     from transformers import PrinterCallback, ProgressCallback
     from trl import GRPOTrainer
 
-    vllm = use_vllm(cfg, dev)
     args = grpo_args(cfg, dev, prec, vllm)
     args.model_init_kwargs["attn_implementation"] = attn
     names = list(cfg.grpo.rewards)
