@@ -84,7 +84,7 @@ LAUNCH_NET = (
     Opt("--hccl-if-ip", "hccl_if_ip", "HCCL_IF_IP: this host's IP for HCCL (multi-node)."),
     Opt("--socket-ifname", "socket_ifname", "HCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME (e.g. eth0 or =eth0)."),
     Opt("--hccl-connect-timeout", "hccl_connect_timeout", "Seconds (120-7200) for HCCL link setup."),
-    Opt("--hccl-exec-timeout", "hccl_exec_timeout", "Seconds (68-17340; 0: never) a collective may wait."),
+    Opt("--hccl-exec-timeout", "hccl_exec_timeout", "Seconds a collective may wait (range per chip family: audit.yaml)."),
     Opt("--task", "task", "Refuse cards that cannot train when train (default: train).", ("train", "inference")),
 )
 # `provision launch`'s own options (after DEVICE_HOST, MATRIX and LAUNCH_NET; --json and ARGS last).

@@ -225,7 +225,7 @@ def plan(matrix, opts: Options) -> DevicePlan:
         "node_rank": str(multi.node_rank),
         "nproc_per_node": str(len(ids)),
     }
-    env = _env(matrix, options, len(ids) * multi.nnodes > 1, multi.nnodes > 1) + env_extra
+    env = _env(matrix, options, len(ids) * multi.nnodes > 1, multi.nnodes > 1, family["id"]) + env_extra
     env = _gloo_env(env, opts, notes)
     multi = replace(multi, master_port=next((e.value for e in env if e.name == "MASTER_PORT"), None))
 
@@ -473,15 +473,15 @@ def _drop_covered(mounts: list[Mount]) -> list[Mount]:
     return keep
 
 
-def _env(matrix, options: dict, distributed: bool, multi_node: bool) -> list[EnvVar]:
+def _env(matrix, options: dict, distributed: bool, multi_node: bool, family: str | None = None) -> list[EnvVar]:
     out = []
     for row in matrix.rows("launch_env"):
         if (row["when"] == "distributed" and not distributed) or (row["when"] == "multi-node" and not multi_node):
             continue
         given = options.get(row.get("option") or "")
         value = given if given is not None else row.get("value")
-        if given is not None and row.get("range"):
-            _check_range(row["name"], given, row["range"])
+        if given is not None:
+            _check_value(matrix, row["name"], given, family)
         # Kept even without a value: Kubernetes fills some from pod fields (rank, host IP, master DNS name).
         out.append(EnvVar(row["name"], value, row.get("k8s_field"), row["why"]))
     return out
@@ -501,12 +501,19 @@ def _gloo_env(env: list[EnvVar], opts: Options, notes: list[str]) -> list[EnvVar
     return [replace(e, value=value) if e.name == "GLOO_SOCKET_IFNAME" else e for e in env]
 
 
-def _check_range(name: str, value: str, bounds: str) -> None:
-    """`bounds`: inclusive ranges `lo..hi` or single values, separated by commas (e.g. 0,68..17340)."""
-    parts = [p.strip().partition("..") for p in bounds.split(",")]
-    if not value.isdigit() or not any(int(lo) <= int(value) <= int(hi or lo) for lo, _, hi in parts):
-        shown = " or ".join(f"[{lo}, {hi}]" if hi else lo for lo, _, hi in parts)
-        raise ProvisionError(f"{name}={value!r}: must be a whole number of seconds in {shown}")
+def _check_value(matrix, name: str, value: str, family: str | None) -> None:
+    """An option's value for a launch variable against the audit_env rule of that name, with the bounds of
+    the plan's chip family (HCCL_EXEC_TIMEOUT: 0 is 'never' on A2/A3 but refused on the first-generation 910)."""
+    from provisioner.host import launchvars
+
+    rule = launchvars.rules(matrix).get(name)
+    if rule is None:
+        return
+    rule = launchvars.for_family(rule, family, matrix)
+    problem = launchvars.value_problem(rule, value)
+    if problem:
+        raise ProvisionError(f"{name}={value!r}: {problem}" + (f" ({rule['notes']})" if rule.get("applies_to")
+                                                                and rule.get("notes") else ""))
 
 
 def _check_stack(matrix, stack: dict, family: dict, host_driver: str | None, notes, refusals) -> dict:

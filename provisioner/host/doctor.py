@@ -226,17 +226,22 @@ def check_devices(ctx: DoctorContext):
 DEFAULT_NODES = ("davinci_manager", "devmm_svm", "hisi_hdc")
 
 
-def _needed_nodes(ctx: DoctorContext) -> tuple[str, ...]:
-    """Manager nodes for the chip family: the image's Stack says it, else torch_npu's device name, else the
-    910/A2/A3/310P set."""
-    if ctx.matrix is None:
-        return DEFAULT_NODES
+def _family(ctx: DoctorContext) -> str | None:
+    """The chip family: the image's Stack says it, else torch_npu's device name (None when neither does)."""
     family = (ctx.stack.get("chip") or {}).get("family") if isinstance(ctx.stack.get("chip"), dict) else None
     name = (ctx.torch.get("npu") or {}).get("name")
-    if not family and name:
+    if not family and name and ctx.matrix is not None:
         from provisioner.host.npusmi import classify
 
         family = classify(name, None, ctx.matrix.rows("chips"))["family"]
+    return family if isinstance(family, str) else None
+
+
+def _needed_nodes(ctx: DoctorContext) -> tuple[str, ...]:
+    """Manager nodes for the chip family (_family), else the 910/A2/A3/310P set."""
+    if ctx.matrix is None:
+        return DEFAULT_NODES
+    family = _family(ctx)
     row = next((r for r in ctx.matrix.rows("audit_device_nodes") if r["family"] == family), None)
     return tuple(row["nodes"]) if row else DEFAULT_NODES
 
@@ -267,14 +272,14 @@ def check_bf16(ctx: DoctorContext):
 
 
 def check_env(ctx: DoctorContext):
-    """Launch variables (host.launchvars): values in range, known names under HCCL_* / TORCH_HCCL_*,
-    interfaces that exist here."""
+    """Launch variables (host.launchvars): values in range (for this chip family), known names under
+    HCCL_* / TORCH_HCCL_*, interfaces that exist here."""
     if ctx.matrix is None:
         return
     from provisioner.host import launchvars
 
     rules = launchvars.rules(ctx.matrix)
-    for issue in launchvars.check(ctx.matrix, ctx.env):
+    for issue in launchvars.check(ctx.matrix, ctx.env, _family(ctx)):
         if issue.problem == launchvars.INVALID and rules[issue.name]["kind"] == "ids":
             continue  # ASCEND_RT_VISIBLE_DEVICES has its own check against the mapped chips (check_devices)
         if issue.problem == launchvars.INVALID:

@@ -342,8 +342,9 @@ SECTIONS: dict[str, Section] = {
     "launch_env": Section(
         "name",
         {"name": STR, "when": enum("distributed", "multi-node"), "why": TEXT},
-        {"value": opt(STR), "option": opt(STR), "k8s_field": opt(STR), "range": opt(TEXT), **NOTES},
-        doc="environment for distributed training containers (HCCL time-outs, NICs, torchrun variables)",
+        {"value": opt(STR), "option": opt(STR), "k8s_field": opt(STR), **NOTES},
+        doc="environment for distributed training containers (HCCL time-outs, NICs, torchrun variables); an"
+            " option's value is checked against the audit_env row of the same name for the plan's chip family",
     ),
     "rank_tables": Section(
         "family",
@@ -391,8 +392,12 @@ SECTIONS: dict[str, Section] = {
         "name",
         {"name": STR, "kind": enum("int", "ip", "ifname", "ids", "choice", "text")},
         {"min": opt(INT), "max": opt(INT), "values": list_of(STR), "status": enum("current", "legacy"),
-         "default": opt(STR), **NOTES},
-        doc="launch variables audit and doctor validate (HCCL_*, torch_npu, ASCEND_RT_VISIBLE_DEVICES)",
+         "default": opt(STR),
+         "by_family": records({"families": list_of(STR), "min": INT, "max": INT},
+                              {"default": opt(STR), "notes": opt(TEXT)}),
+         **NOTES},
+        doc="launch variables audit, doctor and the device plan validate (HCCL_*, torch_npu,"
+            " ASCEND_RT_VISIBLE_DEVICES); by_family: the bounds that differ on some chip families",
     ),
     "audit_env_prefixes": Section(
         "prefix",

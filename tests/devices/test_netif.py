@@ -48,9 +48,12 @@ def test_plan_resolves_prefixes_on_the_host_it_runs_on(make_plan, plan_hosts, mo
 
 
 def test_hccl_exec_timeout_zero_means_never(make_plan):
-    plan = make_plan("plan-300ta2-4", "300T-A2", "0-1", hccl_exec_timeout="0")
-    assert {e.name: e.value for e in plan.env}["HCCL_EXEC_TIMEOUT"] == "0"
-    for bad in ("30", "17341", "-1"):
-        with pytest.raises(ProvisionError, match=r"HCCL_EXEC_TIMEOUT='.*': must be a whole number of seconds in "
-                                                 r"0 or \[68, 17340\]"):
+    # Atlas A2/A3: [0, 2147483647], 0 = never (CANN 8.5 HCCL_EXEC_TIMEOUT); the first-generation 910's
+    # (0, 17340] is tests/unit/test_env_ranges.py
+    for good in ("0", "30", "36000"):
+        plan = make_plan("plan-300ta2-4", "300T-A2", "0-1", hccl_exec_timeout=good)
+        assert {e.name: e.value for e in plan.env}["HCCL_EXEC_TIMEOUT"] == good
+    for bad, why in (("2147483648", r"outside \[0, 2147483647\]"), ("-1", r"outside \[0, 2147483647\]"),
+                     ("1h", "not a whole number")):
+        with pytest.raises(ProvisionError, match=rf"HCCL_EXEC_TIMEOUT='.*': {why}"):
             make_plan("plan-300ta2-4", "300T-A2", "0-1", hccl_exec_timeout=bad)

@@ -1,0 +1,114 @@
+"""Launch-variable ranges per chip family (matrices/audit.yaml `by_family`), one reading for audit, doctor and the
+device plan (run-cmd / launch / k8s).
+
+HCCL_EXEC_TIMEOUT (CANN 8.5 HCCL guide, hcclug_000074; CANN 9.0 envref_07_0078): Atlas A2/A3 take [0, 2147483647]
+with 0 = never; the Atlas training series (first-generation 910) and the 300I Duo take (0, 17340] only.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from provisioner.cli import main
+from provisioner.devices import enginefacts
+from provisioner.devices import plan as devices
+from provisioner.errors import ProvisionError
+from provisioner.host import doctor, launchvars
+from provisioner.matrix import loader
+from tests.helpers import hosts
+
+
+@pytest.fixture(scope="module")
+def m():
+    return loader.load()
+
+
+def problems(m, value: str, family: str | None) -> list[str]:
+    return [i.message for i in launchvars.check(m, {"HCCL_EXEC_TIMEOUT": value}, family)]
+
+
+@pytest.mark.parametrize("family", ["910b", "a3"])
+def test_a2_and_a3_take_long_waits_and_zero(m, family):
+    for value in ("0", "36000", "2147483647"):
+        assert problems(m, value, family) == [], value
+    assert problems(m, "2147483648", family) == ["HCCL_EXEC_TIMEOUT=2147483648: outside [0, 2147483647]"]
+
+
+def test_first_generation_910_takes_0_to_17340_without_0(m):
+    assert problems(m, "17340", "910") == [] and problems(m, "3600", "910") == []
+    for value in ("0", "17341", "36000"):
+        assert problems(m, value, "910") == [f"HCCL_EXEC_TIMEOUT={value}: outside [1, 17340] on Ascend 910 (first"
+                                             " generation)"]
+
+
+def test_one_range_per_family_in_the_data(m):
+    row = launchvars.rules(m)["HCCL_EXEC_TIMEOUT"]
+    assert (row["min"], row["max"], row["default"]) == (0, 2147483647, "1836")
+    by = {f: (e["min"], e["max"]) for e in row["by_family"] for f in e["families"]}
+    assert by["910"] == (1, 17340) and "910b" not in by and "a3" not in by
+    assert not any(r.get("range") for r in m.rows("launch_env"))  # the plan reads audit_env, not a copy
+
+
+def _audit(*args) -> tuple[int, dict]:
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["audit", "--json", *args])
+    return code, json.loads(out.getvalue())
+
+
+def test_the_must_show_audit(tmp_path):
+    host = hosts.materialize("seed-800ta2", tmp_path)
+    base = ["-e", "HCCL_EXEC_TIMEOUT=36000", "--root", str(host.root), "--dev-root", str(host.dev_root)]
+    _, doc = _audit(*base, "--card", "800T-A2")
+    env = [f for f in doc["findings"] if f["check"] == "launch-env"]
+    assert [f["id"] for f in env] == ["launch-env-ok"]
+    _, doc = _audit(*base, "--card", "800-9000")
+    bad = [f for f in doc["findings"] if f["id"] == "launch-env-invalid"]
+    assert len(bad) == 1 and "outside [1, 17340] on Ascend 910 (first generation)" in bad[0]["message"]
+
+
+def test_the_host_family_decides_without_card(tmp_path):
+    from provisioner.host import fakehost
+
+    # the Atlas 800 (9010) sample has its chip names redacted ("xxx"); first-generation 910 chips print "910B"
+    # there (SHIRWY-910A), which the matrix reads as the first generation
+    host = hosts.materialize("broken-unhealthy-910", tmp_path)
+    (saved,) = fakehost.saved_npu_smi(host.root)
+    smi = tmp_path / "npu-smi-info.txt"
+    smi.write_text(saved.read_text().replace(" xxx ", " 910B"))
+    args = ["--root", str(host.root), "--dev-root", str(host.dev_root), "--npu-smi-output", str(smi)]
+    _, doc = _audit("-e", "HCCL_EXEC_TIMEOUT=0", *args)
+    assert any(f["id"] == "launch-env-invalid" and "on Ascend 910 (first" in f["message"] for f in doc["findings"])
+    _, doc = _audit("-e", "HCCL_EXEC_TIMEOUT=3600", *args)
+    assert any(f["id"] == "launch-env-ok" for f in doc["findings"])
+
+
+def test_doctor_reads_the_family_of_the_image(m):
+    env = {"HCCL_EXEC_TIMEOUT": "0"}
+    for family, bad in (("910", True), ("910b", False)):
+        ctx = doctor.DoctorContext(facts={"stack": {"stack": {"chip": {"family": family}}}}, matrix=m, env=env)
+        got = [f.message for f in doctor.check_env(ctx) if f.id == "env-invalid"]
+        assert bool(got) is bad, (family, got)
+
+
+def _plan(m, tmp_path, host: str, card: str, value: str):
+    where = tmp_path / f"{host}-{value}"
+    where.mkdir()
+    h = hosts.materialize(host, where)
+    opts = devices.Options(card=card, devices="0-1", root=str(h.root), dev_root=str(h.dev_root),
+                           engine=enginefacts.EngineFacts(reachable=True), hccl_exec_timeout=value)
+    return devices.plan(m, opts)
+
+
+def test_run_cmd_launch_and_k8s_share_the_plans_check(m, tmp_path):
+    plan = _plan(m, tmp_path, "plan-800ta2-8", "800T-A2", "36000")
+    assert {e.name: e.value for e in plan.env}["HCCL_EXEC_TIMEOUT"] == "36000"
+    with pytest.raises(ProvisionError, match=r"HCCL_EXEC_TIMEOUT='0': outside \[1, 17340\] on Ascend 910"):
+        _plan(m, tmp_path, "broken-unhealthy-910", "800-9000", "0")
+    plan = _plan(m, tmp_path, "broken-unhealthy-910", "800-9000", "3600")
+    assert {e.name: e.value for e in plan.env}["HCCL_EXEC_TIMEOUT"] == "3600"
