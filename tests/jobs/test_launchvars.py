@@ -29,7 +29,7 @@ def test_wrong_values_unknown_names_and_legacy_ones(shipped):
                            "HCCL_CONECT_TIMEOUT": "1800", "HCCL_P2P_DISABLE": "1", "TORCH_HCCL_ZERO_COPPY": "1",
                            "HCCL_SOMETHING_ELSE": "1", "NCCL_DEBUG": "WARN"})
     assert got["HCCL_WHITELIST_DISABLE"] == ("invalid", "HCCL_WHITELIST_DISABLE=yes: expected one of 0, 1")
-    assert got["HCCL_RDMA_TIMEOUT"] == ("invalid", "HCCL_RDMA_TIMEOUT=25: outside [5, 24]")
+    assert got["HCCL_RDMA_TIMEOUT"] == ("invalid", "HCCL_RDMA_TIMEOUT=25: outside [5, 20]")
     assert got["HCCL_BUFFSIZE"] == ("invalid", "HCCL_BUFFSIZE=0: below the minimum 1")
     assert got["HCCL_CONNECT_TIMEOUT"] == ("invalid", "HCCL_CONNECT_TIMEOUT=90: outside [120, 7200]")
     assert got["HCCL_CONECT_TIMEOUT"][0] == "unknown" and "did you mean HCCL_CONNECT_TIMEOUT?" in got["HCCL_CONECT_TIMEOUT"][1]

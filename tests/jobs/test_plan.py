@@ -134,7 +134,7 @@ def test_launch_variables_of_the_job_file(shipped, stacks, sft_job):
     job = sft_job(SFT + "env:\n  HCCL_CONECT_TIMEOUT: '1800'\n  HCCL_RDMA_TIMEOUT: '30'\n  HCCL_P2P_DISABLE: '1'\n")
     msg = refused(shipped, job, stacks["llm"])
     assert "job.yaml:9: HCCL_CONECT_TIMEOUT is not a known HCCL_* variable; did you mean HCCL_CONNECT_TIMEOUT?" in msg
-    assert "job.yaml:10: HCCL_RDMA_TIMEOUT=30: outside [5, 24]" in msg
+    assert "job.yaml:10: HCCL_RDMA_TIMEOUT=30: outside [5, 20]" in msg
     ok = sft_job(SFT + "env:\n  HCCL_CONNECT_TIMEOUT: '1800'\n  HCCL_P2P_DISABLE: '1'\n  HCCL_WHITELIST_DISABLE: '1'\n")
     p = build(shipped, ok, stacks["llm"])
     assert p.env["HCCL_CONNECT_TIMEOUT"] == "1800" and p.env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"

@@ -112,3 +112,18 @@ def test_run_cmd_launch_and_k8s_share_the_plans_check(m, tmp_path):
         _plan(m, tmp_path, "broken-unhealthy-910", "800-9000", "0")
     plan = _plan(m, tmp_path, "broken-unhealthy-910", "800-9000", "3600")
     assert {e.name: e.value for e in plan.env}["HCCL_EXEC_TIMEOUT"] == "3600"
+
+
+def test_the_other_rows_corrected_against_the_reference(m):
+    # HCCL_RDMA_TIMEOUT: [5, 20] on A2/A3, [5, 24] on the first-generation 910, 300I Duo and 950 (CANN 9.0
+    # envref_07_0091); it was [5, 24] for every family
+    rdma = {"HCCL_RDMA_TIMEOUT": "22"}
+    assert [i.message for i in launchvars.check(m, rdma, "910b")] == ["HCCL_RDMA_TIMEOUT=22: outside [5, 20]"]
+    assert launchvars.check(m, rdma, "a3") != [] and launchvars.check(m, rdma, "910") == []
+    # HCCL_OP_EXPANSION_MODE: HOST_TS (CANN 8.2.RC1 on) and AICPU_CacheDisable (A3, CANN 9.0) were refused
+    for mode in ("HOST_TS", "AICPU_CacheDisable", "AIV"):
+        assert launchvars.check(m, {"HCCL_OP_EXPANSION_MODE": mode}, "a3") == [], mode
+    assert launchvars.rules(m)["HCCL_CONNECT_TIMEOUT"]["default"] == "120"
+    # HCCL_IF_BASE_PORT: [1024, 65520] (CANN 8.0 / 9.0 envref_07_0074), was [1024, 65535]
+    assert [i.message for i in launchvars.check(m, {"HCCL_IF_BASE_PORT": "65530"})] == \
+        ["HCCL_IF_BASE_PORT=65530: outside [1024, 65520]"]
