@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
+import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -188,3 +192,90 @@ def test_a_mindspeed_rl_set_names_no_mindspeed_llm_release_so_gets_no_release_bo
     """MindSpeed-RL 2.0.0 carries MindSpeed-LLM 421ef7bc (a commit, no release): job_flags rows do not apply."""
     p = build(shipped, sft_job(SFT), stacks["rl"])
     assert "--no-pad-to-seq-lengths" not in p.files["steps/03-train.sh"]
+
+
+# -- MindSpore Transformers: epochs ---------------------------------------------------------------------------
+
+FAKE_MSRUN = """#!/bin/bash
+# records its arguments and writes the meta.json CheckpointMonitor writes at the last step
+printf '%s\\n' "$@" > "$MSRUN_ARGS"
+out=""; prev=""
+for a in "$@"; do if [ "$prev" = --output_dir ]; then out="$a"; fi; prev="$a"; done
+mkdir -p "$out/checkpoint/rank_0"
+echo "{\\"last_step\\": $FAKE_LAST_STEP}" > "$out/checkpoint/rank_0/meta.json"
+"""
+
+
+def _run_mindspore_train(p, tmp_path: Path, records: str | None) -> tuple[subprocess.CompletedProcess, list[str]]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    msrun = bin_dir / "msrun"
+    msrun.write_text(FAKE_MSRUN)
+    msrun.chmod(msrun.stat().st_mode | stat.S_IEXEC)
+    Path(p.checkout).mkdir(parents=True, exist_ok=True)
+    if records is not None:
+        Path(p.paths["data_prefix"] + ".records").parent.mkdir(parents=True, exist_ok=True)
+        Path(p.paths["data_prefix"] + ".records").write_text(records)
+    script = tmp_path / "train.sh"
+    script.write_text(p.files["steps/02-train.sh"])
+    env = {**os.environ, "PATH": f"{bin_dir}:{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "MSRUN_ARGS": str(tmp_path / "msrun.args"), "FAKE_LAST_STEP": str(p.spec.train.steps)}
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    args = (tmp_path / "msrun.args").read_text().split("\n") if (tmp_path / "msrun.args").exists() else []
+    return done, args
+
+
+@pytest.mark.parametrize(("records", "epochs", "per_epoch"), [
+    ("52002\n", 4, 32000),     # Alpaca: 2000 x 64 = 2.46 passes -> 4 epochs of 500 steps, none above the records
+    ("128000\n", 1, 128000),   # exactly one pass
+    ("200000\n", 1, 128000),   # fewer samples than records: one partial epoch
+    ("64000\n", 2, 64000),     # two whole passes
+])
+def test_mindspore_sft_epochs_never_draw_more_samples_than_the_records(records, epochs, per_epoch, shipped, stacks,
+                                                                       sft_job, tmp_path):
+    """MindDataset draws num_samples above the record count with replacement (8.5 % of Alpaca never seen in
+    2000 steps): the train step splits steps x global batch into the fewest equal epochs that fit the records
+    (the preprocess step writes the count) and passes --epochs / --num_samples (run_mindformer.py, ints), so
+    MindFormers runs exactly the job's steps (dataset size x epochs in sink mode) with no sample twice an epoch."""
+    text = MS_SFT.replace("/output/qwen25-7b-sft", str(tmp_path / "out")) + f"framework_dir: {tmp_path / 'mf'}\n"
+    p = build(shipped, sft_job(text), stacks["mindformers"])
+    cfg = yaml.safe_load(p.files["configs/finetune.yaml"])
+    assert "num_samples" not in cfg["train_dataset"]["data_loader"]
+    assert p.steps[0].outputs[-1] == p.paths["data_prefix"] + ".records"
+    assert "wc -l < \"$partial/messages.json\"" in p.files["steps/01-preprocess.sh"]
+    done, args = _run_mindspore_train(p, tmp_path, records)
+    assert done.returncode == 0, done.stderr
+    got = {args[i]: args[i + 1] for i in range(len(args) - 1) if args[i] in ("--epochs", "--num_samples")}
+    assert got == {"--epochs": str(epochs), "--num_samples": str(per_epoch)}
+    tr = p.spec.train
+    assert epochs * per_epoch == tr.steps * tr.global_batch_size and per_epoch % tr.global_batch_size == 0
+    assert per_epoch <= int(records)
+    assert f"{records.strip()} records: {epochs} epoch(s) of {per_epoch} samples" in done.stdout
+
+
+def test_mindspore_sft_refuses_data_smaller_than_one_global_batch(shipped, stacks, sft_job, tmp_path):
+    text = MS_SFT.replace("/output/qwen25-7b-sft", str(tmp_path / "out")) + f"framework_dir: {tmp_path / 'mf'}\n"
+    p = build(shipped, sft_job(text), stacks["mindformers"])
+    done, args = _run_mindspore_train(p, tmp_path, "10\n")
+    assert done.returncode == 1 and not args
+    assert "the data has 10 records, fewer than one global batch (64)" in done.stderr
+    done, args = _run_mindspore_train(p, tmp_path, "")
+    assert done.returncode == 1 and "no record count in" in done.stderr
+
+
+def test_run_mindformer_declares_every_flag_the_train_step_passes(shipped, stacks, sft_job, tmp_path):
+    """run_mindformer.py of the MindFormers fixture (v1.7.0, 8ccc49b3) declares every --flag the step gives it
+    (the same at 68fa8494 and 1a72d558: JOB-MF, JOB-MF-EPOCHS)."""
+    import tarfile
+
+    with tarfile.open(FIXTURES / "mindformers-v1.7.0.tar.gz") as tar:
+        (tmp_path / "run_mindformer.py").write_bytes(tar.extractfile("mindformers/run_mindformer.py").read())
+    declared = _argparse_flags(tmp_path / "run_mindformer.py")
+    p = build(shipped, sft_job(MS_SFT), stacks["mindformers"])
+    text = p.files["steps/02-train.sh"].replace("\\\n", " ")
+    (call,) = [line for line in text.split("\n") if line.startswith("msrun ")]
+    call = call[call.index(" run_mindformer.py "):]
+    passed = set(re.findall(r"(?<!\S)--[a-z_]+", call))
+    load = set(re.findall(r"(?<![\w-])--[a-z_]+", " ".join(re.findall(r"load_args=\(([^)]*)\)", text))))
+    assert {"--epochs", "--num_samples", "--train_dataset_dir"} <= passed
+    assert passed | load <= declared, sorted((passed | load) - declared)

@@ -69,14 +69,14 @@ wait_for() {  # id outputs...: another node's step, on shared storage
 say "job qwen25-7b-sft-ms: node $NODE_RANK of 1, 2 steps"
 
 # step 1: preprocess - alpaca -> messages -> MindRecord (once)
-if have /output/qwen25-7b-sft-ms/data/alpaca.mindrecord; then
+if have /output/qwen25-7b-sft-ms/data/alpaca.mindrecord /output/qwen25-7b-sft-ms/data/alpaca.records; then
   say "step preprocess: skip (outputs present)"
 elif [ "$NODE_RANK" != 0 ] && [ "$STORAGE" = shared ]; then
-  wait_for preprocess /output/qwen25-7b-sft-ms/data/alpaca.mindrecord || exit $?
+  wait_for preprocess /output/qwen25-7b-sft-ms/data/alpaca.mindrecord /output/qwen25-7b-sft-ms/data/alpaca.records || exit $?
 else
   run_step preprocess steps/01-preprocess.sh || exit $?
-  if ! have /output/qwen25-7b-sft-ms/data/alpaca.mindrecord; then
-    say "step preprocess: exited 0 but its outputs are missing: /output/qwen25-7b-sft-ms/data/alpaca.mindrecord"
+  if ! have /output/qwen25-7b-sft-ms/data/alpaca.mindrecord /output/qwen25-7b-sft-ms/data/alpaca.records; then
+    say "step preprocess: exited 0 but its outputs are missing: /output/qwen25-7b-sft-ms/data/alpaca.mindrecord /output/qwen25-7b-sft-ms/data/alpaca.records"
     exit 1
   fi
 fi

@@ -35,5 +35,8 @@ python research/qwen2_5/qwen2_5_preprocess.py \
     --merges_file "$model/merges.txt" \
     --seq_length 4096 \
     --output_file "$partial/alpaca.mindrecord"
+# One record a line in the converter's output, one sample each in the MindRecord: the train step splits the
+# job's samples into epochs by this count.
+wc -l < "$partial/messages.json" | tr -d ' ' > "$partial/alpaca.records"
 rm -f "$partial/messages.json"
 publish "$partial" "$out"

@@ -33,6 +33,20 @@ else
   load_args=(--load_checkpoint /models/Qwen2.5-7B --auto_trans_ckpt True)
 fi
 # msrun writes each worker's output to its log dir; show this node's first worker here.
+# One epoch is one pass: MindDataset draws num_samples above the record count with replacement (some records
+# twice, others never), so the job's steps x global batch samples are split into the fewest equal epochs
+# (dividing the steps) that each fit the records; each epoch is a shuffled draw without repeats.
+records="$(cat /output/qwen25-7b-sft-ms/data/alpaca.records)"
+samples=128000
+case "$records" in ''|*[!0-9]*) echo "[provision-job] no record count in /output/qwen25-7b-sft-ms/data/alpaca.records" >&2; exit 1 ;; esac
+if [ "$records" -lt 64 ]; then
+  echo "[provision-job] the data has $records records, fewer than one global batch (64)" >&2
+  exit 1
+fi
+epochs=$(( (samples + records - 1) / records ))
+while [ $(( 2000 % epochs )) -ne 0 ]; do epochs=$((epochs + 1)); done
+per_epoch=$(( samples / epochs ))
+echo "[provision-job] $records records: $epochs epoch(s) of $per_epoch samples (2000 steps x 64)"
 touch "$logs/worker_0.log"
 tail -n 0 -F "$logs/worker_0.log" &
 tailer=$!
@@ -53,6 +67,8 @@ msrun \
     --run_mode finetune \
     --use_parallel True \
     --train_dataset_dir /output/qwen25-7b-sft-ms/data/alpaca.mindrecord \
+    --epochs "$epochs" \
+    --num_samples "$per_epoch" \
     --output_dir "$out" \
     "${load_args[@]}"
 rc=$?
