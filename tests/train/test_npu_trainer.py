@@ -124,3 +124,18 @@ def test_flat_packing_stays_within_the_varlen_limit(tmp_path, tiny_model_dir):
                                 max_steps=2, system_prompt="")
     assert probe["rc"] == 0, err[-3000:]
     assert summary["packing"] is True and 900 < probe["fa_max_seqs"] <= 1024
+
+
+def test_the_memory_plan_takes_off_what_the_chip_already_holds(tmp_path, tiny_model_dir, alpaca_file):
+    """Issue 22.5: on a device the plan reads what the chip holds before the run (mem_get_info: total less
+    free; npu-smi shows 3-4 GB on an idle A2 chip) instead of assuming all of its HBM is free."""
+    config = write_config(tmp_path / "train.yaml", model=str(tiny_model_dir), data=[str(alpaca_file)],
+                          output_dir=str(tmp_path / "out"), max_steps=1, max_seq_len=64, micro_batch_size=1,
+                          save_steps=0, progress_bar=False)
+    proc = npu_fake.run(["-m", "provisioner.train", "--config", str(config), "--json"],
+                        npu_fake.env(tmp_path, FAKE_NPU_HELD_MIB=4175))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    plan = json.loads(proc.stdout.strip().splitlines()[-1])["memory"]["plan"]
+    assert plan["held_gib"] == pytest.approx(4175 / 1024, abs=1e-3)
+    assert plan["held_by"] == "in use on npu:0 before the run (mem_get_info)"
+    assert plan["available_gib"] == pytest.approx(64 - 4175 / 1024, abs=1e-3) and plan["fits"] is True

@@ -137,7 +137,7 @@ reset_max_memory_allocated = reset_peak_memory_stats
 
 def mem_get_info(device=None) -> tuple[int, int]:
     i = device_index(device)
-    return CHIPS.hbm - CHIPS.allocated[i], CHIPS.hbm
+    return CHIPS.hbm - CHIPS.held - CHIPS.allocated[i], CHIPS.hbm
 
 
 def memory_stats(device=None) -> dict:
