@@ -10,7 +10,9 @@ Each worker checks, in order, and rank 0 prints one line per check with the fix 
   attention        the attention the config chooses, forward and backward on a packed batch of 3 sequences,
                    which must match the same sequences run one by one
   fused-optimizer  two steps of torch_npu's fused AdamW with the trainer's zero_grad in between
-  all-reduce       a sum over every worker on the process-group backend (HCCL on the NPU), and its time
+  all-reduce       a sum over every worker on the process-group backend (HCCL on the NPU), then a sweep of
+                   message sizes (selftest.yaml, up to 256 MiB on the NPU): algbw and busbw per size, busbw at
+                   the largest (allreduce.py)
   train-steps      three optimizer steps of a tiny Qwen2 with the config's method, precision, strategy,
                    optimizer and attention, through the trainer's own engine for that strategy (DDP, DeepSpeed
                    ZeRO-2/ZeRO-3 or FSDP2, over every worker); a strategy the trainer refuses up front (a
@@ -83,10 +85,11 @@ def load(path: str | None, overrides: list[str]) -> TrainConfig:
 
 
 class SelfTest:
-    def __init__(self, cfg: TrainConfig) -> None:
+    def __init__(self, cfg: TrainConfig, all_reduce_mib: tuple[float, ...] | None = None) -> None:
         from provisioner.train import dist
 
         self.cfg = cfg
+        self.all_reduce_mib = all_reduce_mib  # None: the sweep in selftest.yaml
         self.world = dist.from_env()
         self.results: list[Result] = []
         self.dev: Any = None
@@ -268,32 +271,22 @@ class SelfTest:
         return Result("fused-optimizer", "ok", f"{type(opt).__name__}: 2 steps, zero_grad keeps the combined buffers")
 
     def check_all_reduce(self) -> Result:
-        import torch
-        import torch.distributed as td
-
-        from provisioner.train import dist
+        from provisioner.train import allreduce, dist
 
         self._require_device()
         world = self.world
         if world.size == 1:
             return Result("all-reduce", "n/a", "one worker")
         dist.init(world, self.dev, 2 * HCCL_TIMEOUT_CAP_S)
-        n = (16 << 20) // 4 if self.dev.type != "cpu" else (1 << 20) // 4
-        t = torch.full((n,), float(world.rank + 1), device=self.dev.torch_device)
-        td.all_reduce(t)
-        want = world.size * (world.size + 1) / 2
-        got = t[:4].cpu().tolist()
-        if any(v != want for v in got):
-            raise RuntimeError(f"all_reduce summed to {got[0]} instead of {want}")
-        start = time.perf_counter()
-        for _ in range(3):
-            td.all_reduce(t)
-        _sync(self.dev)
-        per = (time.perf_counter() - start) / 3
-        busbw = n * 4 / per / 1e9 * 2 * (world.size - 1) / world.size
+        sweep = allreduce.plan(self.dev.type, self.all_reduce_mib)
+        allreduce.check_sum(sweep.sizes[0], self.dev.torch_device, world.rank, world.size)
+        rows = allreduce.sweep(sweep, self.dev.torch_device, world.size, lambda: _sync(self.dev))
         note = "" if self.dev.type == "npu" else "; HCCL not applicable on CPU"
-        return Result("all-reduce", "ok", f"{world.size} workers on {self.dev.backend}, {n * 4 >> 20} MiB in "
-                                          f"{per * 1e3:.1f} ms ({busbw:.2f} GB/s bus){note}")
+        largest = rows[-1]
+        return Result("all-reduce", "ok", f"{world.size} workers on {self.dev.backend}: {allreduce.summary(rows)}"
+                                          f"{note}",
+                      figures={"sizes": rows, "busbw_gbps": largest["busbw_gbps"], "bytes": largest["bytes"],
+                               "warmup": sweep.warmup, "iters": sweep.iters})
 
     def check_train_steps(self) -> Result:
 
@@ -441,11 +434,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", help="the trainer config (YAML) whose method, precision, strategy and attention to test")
     ap.add_argument("overrides", nargs="*", metavar="key=value")
     ap.add_argument("--json", action="store_true", help="only the JSON document on stdout")
+    ap.add_argument("--all-reduce-mib", metavar="SIZES",
+                    help="all-reduce message sizes in MiB, e.g. 1,16,256 (default: provisioner/train/selftest.yaml)")
     args = ap.parse_args(argv)
     rank = int(os.environ.get("RANK", "0"))
     try:
         cfg = load(args.config, args.overrides)
-    except ProvisionError as exc:
+        from provisioner.train import allreduce
+
+        sizes = allreduce.parse_mib(args.all_reduce_mib) if args.all_reduce_mib else None
+    except (ProvisionError, ValueError) as exc:
         if rank == 0:
             print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
@@ -457,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
         if not value.isdigit() or int(value) == 0 or int(value) > HCCL_TIMEOUT_CAP_S:
             os.environ[var] = str(HCCL_TIMEOUT_CAP_S)
     _quiet_libraries()
-    test = SelfTest(cfg)
+    test = SelfTest(cfg, sizes)
     results = test.run()
     try:
         per_rank = test.gather()

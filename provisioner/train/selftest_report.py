@@ -46,6 +46,7 @@ class Result:
     fix: str | None = None
     seconds: float = 0.0
     rank: int = 0
+    figures: dict | None = None  # measured numbers a check reports besides its line (all-reduce: per size)
 
 
 def fix_for(error: str, default: str) -> str:
@@ -118,7 +119,7 @@ def document(per_rank: list[list[Result]], world_size: int) -> dict:
         first = failed[0] if failed else rows[0]
         checks.append({"id": name, "status": first.status, "detail": first.detail, "error": first.error,
                        "fix": first.fix, "seconds": max(r.seconds for r in rows),
-                       "ranks_failed": sorted(r.rank for r in failed)})
+                       "ranks_failed": sorted(r.rank for r in failed), "figures": first.figures})
     status = "failed" if any(c["status"] == "fail" for c in checks) else "ok"
     return stamped({"schema": SCHEMA, "status": status, "world_size": world_size, "checks": checks,
                     "versions": versions()})

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from provisioner.launch.torchrun import Target
-from provisioner.train import selftest
+from provisioner.train import allreduce, selftest
 from tests.train import npu_fake
 from tests.train.conftest import write_config
 
@@ -46,6 +46,10 @@ def test_on_cpu_the_npu_checks_do_not_apply(tmp_path):
                                                       "fused-optimizer": "n/a", "all-reduce": "ok", "train-steps": "ok"}
     assert c["npu"]["detail"] == "no CANN toolkit in this container: running on cpu"
     assert "2 workers on gloo" in c["all-reduce"]["detail"] and "HCCL not applicable on CPU" in c["all-reduce"]["detail"]
+    # The CPU sweep of selftest.yaml: figures per size, busbw at the largest.
+    fig = c["all-reduce"]["figures"]
+    assert [r["bytes"] for r in fig["sizes"]] == list(allreduce.plan("cpu").sizes)
+    assert fig["busbw_gbps"] == fig["sizes"][-1]["busbw_gbps"] > 0 and fig["bytes"] == fig["sizes"][-1]["bytes"]
     assert c["train-steps"]["detail"].startswith("full, fp32, ddp, sdpa, AdamW: loss ")
     lines = [line for line in out.splitlines() if line.startswith("selftest: ")]
     assert len(lines) == 7 and lines[-1] == "selftest: self-test passed on 2 workers"  # rank 0 only
@@ -61,6 +65,11 @@ def test_two_a2_chips_pass_every_check(tmp_path):
     assert c["attention"]["detail"].startswith("flash_attention_2 (npu_fusion_attention) in bf16")
     assert c["fused-optimizer"]["detail"].startswith("NpuFusedAdamW: 2 steps")
     assert "2 workers on hccl" in c["all-reduce"]["detail"]
+    # Not one latency-bound 16 MiB figure: the sweep runs to 256 MiB and reports busbw there.
+    fig = c["all-reduce"]["figures"]
+    assert fig["bytes"] == 256 << 20 and len(fig["sizes"]) >= 3
+    assert f"busbw {fig['busbw_gbps']:.2f} GB/s at 256 MiB" in c["all-reduce"]["detail"]
+    assert all(r["busbw_gbps"] == pytest.approx(r["algbw_gbps"], rel=1e-3) for r in fig["sizes"])  # N = 2
     assert c["train-steps"]["detail"].startswith("lora, bf16, ddp, flash_attention_2, NpuFusedAdamW")
 
 
@@ -100,6 +109,13 @@ def test_bad_config_is_one_line_and_exit_2(tmp_path):
     code, doc, out = run_selftest(tmp_path, 1, cpu_env(tmp_path), "--config", str(config))
     assert code == 2 and doc is None
     assert out.strip() == "provision selftest: error: config: precision: must be one of auto, bf16, fp16, fp32 (got 'fp8')"
+
+
+def test_bad_all_reduce_sizes_are_one_line_and_exit_2(tmp_path):
+    code, doc, out = run_selftest(tmp_path, 1, cpu_env(tmp_path), "--all-reduce-mib", "1,lots")
+    assert code == 2 and doc is None
+    assert out.strip() == ("provision selftest: error: --all-reduce-mib: 'lots' is not a size in MiB "
+                           "(write e.g. 1,16,256)")
 
 
 def test_fixes_and_report_lines():
