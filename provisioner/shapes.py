@@ -78,7 +78,8 @@ class StackMindSpore(TypedDict):
 
 class StackApex(TypedDict):
     repo: str
-    ref: str
+    ref: str  # the branch the commit was read from (a label)
+    commit: str  # what the build checks out and verifies
     upstream_repo: str | None
     upstream_commit: str | None
     setuptools: str

@@ -64,6 +64,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", re.ASCII)
 _VERSION_TEXT = re.compile(r"[A-Za-z0-9.+_*,<>=!~-]+", re.ASCII)
 _VERSION_CHARS = "ASCII letters, digits and . + _ - * , < > = ! ~ only"
 _GIT_REF = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._/+-]*", re.ASCII)
+_COMMIT = re.compile(r"[0-9a-f]{40}", re.ASCII)
 
 
 def _show(value: object) -> str:
@@ -215,6 +216,14 @@ def git_ref(value: object, what: str = "git ref") -> str:
     if not _GIT_REF.fullmatch(text) or ".." in text or text.endswith((".", "/", ".lock")):
         raise Invalid(f"{what}: not a git branch, tag or commit (letters, digits and . _ / + -, not starting with"
                       f" '-'): {_show(value)}")
+    return text
+
+
+def git_commit(value: object, what: str = "git commit") -> str:
+    """A full git commit: 40 lower-case hex digits (a branch or tag moves; a commit does not)."""
+    text = _text(value, what, 40)
+    if not _COMMIT.fullmatch(text):
+        raise Invalid(f"{what}: not a full 40-hex git commit: {_show(value)}")
     return text
 
 

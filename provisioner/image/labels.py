@@ -24,6 +24,8 @@ FRAMEWORK_SET_LABEL = "org.provision.framework.set"
 FRAMEWORK_KIND_LABEL = "org.provision.framework.kind"
 FRAMEWORK_ENV_LABEL = "org.provision.framework.env"
 CHECKOUTS_LABEL = "org.provision.framework.checkouts"
+# An image built with --with apex: the Ascend Apex commit it compiled, the ref it was read from, the repository.
+APEX_LABEL = "org.provision.apex"
 # Every image this project builds carries provisioner, and with it the module that starts torchrun with a
 # quicker log tail (provisioner/launch/teerun.py): the label says so, and launch uses that module only then.
 LAUNCHER_LABEL = "org.provision.launcher"

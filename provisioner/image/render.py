@@ -23,6 +23,7 @@ from pathlib import Path
 from provisioner import validate
 from provisioner.errors import ProvisionError
 from provisioner.image.labels import (
+    APEX_LABEL,
     CHECKOUTS_LABEL,
     FRAMEWORK_ENV_LABEL,
     FRAMEWORK_KIND_LABEL,
@@ -115,6 +116,10 @@ def labels(stack: Mapping[str, Any], recipe, tag: str, project, lock_sha: str, p
             CHECKOUTS_LABEL: json.dumps({c.name: c.to_dict() for c in fw["checkouts"]}, separators=(",", ":"),
                                         sort_keys=True),
         }
+    apex = stack.get("apex")
+    if apex:
+        extra[APEX_LABEL] = json.dumps({"commit": apex["commit"], "ref": apex["ref"], "from": apex["repo"]},
+                                       separators=(",", ":"), sort_keys=True)
     return {
         "org.opencontainers.image.title": recipe.repository,
         "org.opencontainers.image.description": f"{recipe.title}: {summary}",
@@ -147,8 +152,13 @@ def render(matrix, stack: Mapping[str, Any], recipe, user: User | None = None, p
     # where they become a FROM line and labels (and templates.py refuses any value that could end a line).
     validate.image_ref((stack.get("base_image") or {}).get("ref"), "the stack's base image")
     if stack.get("apex"):
-        # A ref becomes a `git checkout` word (never an option), the setuptools pin a pip word.
+        # The commit becomes a `git checkout` word and the build's check, the ref a label and a comment (never an
+        # option), the setuptools pin a pip word. A stack written before Apex was pinned has no commit.
         validate.git_ref(stack["apex"].get("ref"), "the stack's apex.ref")
+        if not stack["apex"].get("commit"):
+            raise ProvisionError("the stack's apex names no commit (a stack from before Apex was pinned to one):"
+                                 " resolve it again, or add apex.commit")
+        validate.git_commit(stack["apex"].get("commit"), "the stack's apex.commit")
         validate.version_text(stack["apex"].get("setuptools"), "the stack's apex.setuptools")
     root = project.source_root(project_root)
     _check_python(stack, root)

@@ -209,7 +209,8 @@ SECTIONS: dict[str, Section] = {
     ),
     "apex": Section(
         "id",
-        {"id": STR, "repo": URL, "ref": GIT_REF, "setuptools_max": VER, "setuptools_pin": VER, "python": PY},
+        {"id": STR, "repo": URL, "ref": GIT_REF, "commit": COMMIT, "setuptools_max": VER, "setuptools_pin": VER,
+         "python": PY},
         {
             "upstream_repo": opt(STR),
             "upstream_commit": opt(STR),

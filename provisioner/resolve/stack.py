@@ -155,12 +155,14 @@ def make_stack(ctx: Context, cand: Candidate, via_alias: str | None) -> Stack:
             apex = {
                 "repo": row["repo"],
                 "ref": row["ref"],
+                "commit": row["commit"],
                 "upstream_repo": row.get("upstream_repo"),
                 "upstream_commit": row.get("upstream_commit"),
                 "setuptools": row["setuptools_pin"],
                 "setuptools_max": row["setuptools_max"],
             }
-            explain["apex"] = (f"Ascend Apex {row['ref']} built from source with setuptools=={row['setuptools_pin']}"
+            explain["apex"] = (f"Ascend Apex {row['commit'][:8]} ({row['ref']}) built from source with"
+                               f" setuptools=={row['setuptools_pin']}"
                                f" (needs <= {row['setuptools_max']}; Python {row['python']} only)")
             sources["apex"] = _refs(m, row.get("source"))
         if "deepspeed" in req.extras:

@@ -377,6 +377,46 @@ def test_apex_words_are_quoted_and_its_ref_is_never_an_option():
             image_render.render(m, {**stack, "apex": {**stack["apex"], "ref": ref}}, recipes.choose(stack))
 
 
+def test_apex_is_built_at_the_pinned_commit_and_checked(rendered):
+    """Issue 22 #7: Ascend Apex is checked out at the matrix's commit (never a moving branch), the build fails
+    unless HEAD is that commit, and the image says which commit (and the ref it was read from) it compiled."""
+    from provisioner.image.labels import APEX_LABEL
+    from provisioner.matrix import loader
+
+    row = loader.load().rows("apex")[0]
+    commit = row["commit"]
+    assert len(commit) == 40 and set(commit) <= set("0123456789abcdef")
+    ctx = rendered["800T-A2-apex-x86_64"]
+    dockerfile = (ctx / "Dockerfile").read_text()
+    stage = dockerfile.split("FROM deps AS apex", 1)[1].split("\nFROM ", 1)[0]
+    assert f"git checkout --quiet --detach {commit}" in stage
+    assert f'if [ "$got" != {commit} ]; then' in stage and "exit 1" in stage
+    assert f"checkout --quiet {row['ref']}" not in stage and "checkout --quiet 'master'" not in stage
+    stack = json.loads((ctx / "stack.json").read_text())["stack"]
+    assert stack["apex"]["commit"] == commit and stack["apex"]["ref"] == row["ref"]
+    label = re.search(rf'{re.escape(APEX_LABEL)}="(.*?)" \\', dockerfile)
+    assert label, "no apex label"
+    assert json.loads(label.group(1).replace('\\"', '"')) == {"commit": commit, "ref": row["ref"], "from": row["repo"]}
+    assert APEX_LABEL not in (rendered["300T-A2-x86_64"] / "Dockerfile").read_text()  # no Apex, no label
+
+
+def test_a_stack_without_a_valid_apex_commit_is_refused():
+    """A stack file from before the pin (no apex.commit), or one whose commit is not 40 hex, is one clear line."""
+    from provisioner.image import recipes
+    from provisioner.image import render as image_render
+    from provisioner.matrix import loader
+    from provisioner.resolve import request, solve
+
+    m = loader.load(use_cache=False)
+    stack = solve.resolve(m, request.build(m, card="800T-A2", extras=("apex",), arch="x86_64"))
+    old = {**stack, "apex": {k: v for k, v in stack["apex"].items() if k != "commit"}}
+    with pytest.raises(ProvisionError, match="apex names no commit .* resolve it again"):
+        image_render.render(m, old, recipes.choose(old))
+    for bad in ("master", "49a7994", "-x" + "0" * 38, "G" * 40):
+        with pytest.raises(ProvisionError, match="apex.commit"):
+            image_render.render(m, {**stack, "apex": {**stack["apex"], "commit": bad}}, recipes.choose(stack))
+
+
 def test_dockerfile_template_header_names_its_renderer():
     """Review A #10: the template's header names the module that renders it."""
     head = (ROOT / "templates" / "Dockerfile.j2").read_text().split("-#}", 1)[0]
