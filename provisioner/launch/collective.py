@@ -1,6 +1,7 @@
 """All-reduce smoke test across every process torchrun started, before hours go into a run.
 
     torchrun --nproc-per-node N -m provisioner.launch.collective [--sizes 1M,16M] [--iters 10] [--device auto]
+             [--all-gather] [--links 64M]
 
 Each rank picks its device (NPU if torch_npu and CANN work, else CUDA, else
 CPU) and the matching backend (hccl, nccl, gloo), checks that an all_reduce
@@ -8,7 +9,9 @@ of (rank + 1) sums to N(N+1)/2 everywhere, then times all_reduce over a few
 message sizes. Local rank 0 of each node prints per size the time, algorithm bandwidth (bytes /
 time) and bus bandwidth (algbw x 2(N-1)/N, the traffic a ring all_reduce puts on
 each link, comparable across world sizes), then one JSON line
-(`provision.collective/1`). Exit code 1 on a wrong sum (every rank), 2 on bad
+(`provision.collective/1`). `--all-gather` adds the same sweep of all_gather (busbw = algbw x (N-1)/N),
+`--links SIZE` times each ring link (rank i to i+1) alone, so `provision preflight --bandwidth` can name a
+slow chip or link. Exit code 1 on a wrong sum (every rank), 2 on bad
 arguments. torch is imported inside functions: the host CLI imports this module
 only to read its constants.
 """
@@ -148,6 +151,67 @@ def measure(nbytes: int, *, device, kind: str, world: int, rank: int, iters: int
     }
 
 
+def measure_gather(nbytes: int, *, device, kind: str, world: int, rank: int, iters: int, warmup: int) -> dict:
+    """all_gather with `nbytes` gathered in all (each rank gives its share), checked once, then timed; busbw is
+    algbw x (N-1)/N (hccl_test and nccl-tests count the same way)."""
+    import torch
+    import torch.distributed as dist
+
+    sync = _sync(kind)
+    n = max(1, nbytes // DTYPE_BYTES // world)
+    mine = torch.full((n,), float(rank + 1), dtype=torch.float32, device=device)
+    outs = [torch.zeros(n, dtype=torch.float32, device=device) for _ in range(world)]
+    dist.all_gather(outs, mine)
+    sync()
+    ok = all(bool((o.cpu() == float(r + 1)).all()) for r, o in enumerate(outs))
+    for _ in range(warmup):
+        dist.all_gather(outs, mine)
+    sync()
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(iters):
+        dist.all_gather(outs, mine)
+    sync()
+    took = torch.tensor([(time.perf_counter() - start) / iters], dtype=torch.float32, device=device)
+    dist.all_reduce(took, op=dist.ReduceOp.MAX)
+    seconds = float(took.item())
+    total = n * world * DTYPE_BYTES
+    algbw = total / seconds / 1e9
+    return {"bytes": total, "time_us": round(seconds * 1e6, 1), "algbw_gbps": round(algbw, 4),
+            "busbw_gbps": round(algbw * (world - 1) / world, 4), "ok": ok}
+
+
+def measure_links(nbytes: int, *, device, kind: str, world: int, rank: int, iters: int) -> list[dict]:
+    """Each link of the ring (rank i to i+1) alone: the pair broadcasts `nbytes` while the others wait, so a slow
+    chip or link shows in the pairs it is part of. busbw of a two-rank broadcast is its algbw."""
+    import torch
+    import torch.distributed as dist
+
+    sync = _sync(kind)
+    n = max(1, nbytes // DTYPE_BYTES)
+    pairs = [(i, (i + 1) % world) for i in range(world if world > 2 else 1)]
+    times = torch.zeros(len(pairs), dtype=torch.float32, device=device)
+    for k, (a, b) in enumerate(pairs):
+        group = dist.new_group(sorted((a, b)))  # every rank takes part in making every group
+        if rank in (a, b):
+            buf = torch.zeros(n, dtype=torch.float32, device=device)
+            dist.broadcast(buf, src=a, group=group)
+            sync()
+            start = time.perf_counter()
+            for _ in range(iters):
+                dist.broadcast(buf, src=a, group=group)
+            sync()
+            if rank == a:
+                times[k] = (time.perf_counter() - start) / iters
+        dist.barrier()
+    dist.all_reduce(times, op=dist.ReduceOp.MAX)
+    out = []
+    for (a, b), t in zip(pairs, times.cpu().tolist(), strict=True):
+        out.append({"a": a, "b": b, "bytes": n * DTYPE_BYTES, "time_us": round(t * 1e6, 1),
+                    "busbw_gbps": round(n * DTYPE_BYTES / t / 1e9, 4) if t > 0 else 0.0})
+    return out
+
+
 def table(doc: dict) -> str:
     head = (f"all_reduce: {doc['world_size']} ranks ({doc['local_world_size']} per node), backend {doc['backend']}"
             f" on {doc['device']}, {doc['dtype']}, {doc['iters']} iterations per size")
@@ -155,6 +219,12 @@ def table(doc: dict) -> str:
     for r in doc["results"]:
         rows.append(f"{format_size(r['bytes']):>10}  {r['time_us']:>10.1f}  {r['algbw_gbps']:>10.3f}"
                     f"  {r['busbw_gbps']:>10.3f}  {'ok' if r['ok'] else 'WRONG'}")
+    for r in doc.get("all_gather") or []:
+        rows.append(f"{'gather ' + format_size(r['bytes']):>10}  {r['time_us']:>10.1f}  {r['algbw_gbps']:>10.3f}"
+                    f"  {r['busbw_gbps']:>10.3f}  {'ok' if r['ok'] else 'WRONG'}")
+    for r in doc.get("links") or []:
+        rows.append(f"{'link ' + str(r['a']) + '-' + str(r['b']):>10}  {r['time_us']:>10.1f}  {'':>10}"
+                    f"  {r['busbw_gbps']:>10.3f}")
     return "\n".join([head, *rows])
 
 
@@ -166,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iters", type=int, help="Timed all_reduces per size (default: 5 on CPU, 20 on NPU/GPU).")
     ap.add_argument("--warmup", type=int, default=2, help="Untimed all_reduces per size first.")
     ap.add_argument("--device", choices=["auto", "npu", "cuda", "cpu"], default="auto")
+    ap.add_argument("--all-gather", action="store_true", help="Also sweep all_gather over the same sizes.")
+    ap.add_argument("--links", metavar="SIZE", help="Also time each ring link (rank i to i+1) alone with this size.")
     args = ap.parse_args(argv)
     if (args.iters is not None and args.iters < 1) or args.warmup < 0:
         ap.error("--iters must be at least 1 and --warmup at least 0")
@@ -174,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     group = "cpu" if kind == "cpu" else "accelerator"
     try:
         sizes = [parse_size(s) for s in (args.sizes or DEFAULT_SIZES[group]).split(",")]
+        link_size = parse_size(args.links) if args.links else None
     except ValueError as exc:
         ap.error(str(exc))
     iters = args.iters or DEFAULT_ITERS[group]
@@ -193,8 +266,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         results = [measure(s, device=device, kind=kind, world=world, rank=rank, iters=iters, warmup=args.warmup)
                    for s in sizes]
+        gathers = [measure_gather(s, device=device, kind=kind, world=world, rank=rank, iters=iters,
+                                  warmup=args.warmup) for s in sizes] if args.all_gather else []
+        links = measure_links(link_size, device=device, kind=kind, world=world, rank=rank, iters=iters) \
+            if link_size and world > 1 else []
         # Every rank learns whether any rank saw a wrong sum, so all exit alike.
-        ok = torch.tensor([1.0 if all(r["ok"] for r in results) else 0.0], device=device)
+        ok = torch.tensor([1.0 if all(r["ok"] for r in results + gathers) else 0.0], device=device)
         dist.all_reduce(ok, op=dist.ReduceOp.MIN)
         all_ok = bool(ok.item() == 1.0)
     finally:
@@ -212,6 +289,10 @@ def main(argv: list[str] | None = None) -> int:
         "results": results,
         "busbw_peak_gbps": max(r["busbw_gbps"] for r in results),
     }
+    if gathers:
+        doc["all_gather"] = gathers
+    if links:
+        doc["links"] = links
     if local_rank == 0:
         # Every node's first worker reports (the numbers are global), so each node's launch sees the result.
         print(table(doc), flush=True)

@@ -1,11 +1,11 @@
 """The HCCL bandwidth check of preflight: a measured collective sweep (the `provision.collective/1` document
-provisioner.launch.collective prints: per message size algbw and busbw) judged against the busbw floors of
-matrices/preflight.yaml (`preflight_bandwidth`) for the host's topology.
+provisioner.launch.collective prints: per message size algbw and busbw of all_reduce, with `--all-gather` of
+all_gather, with `--links` each ring link alone) judged against the busbw floors of matrices/preflight.yaml
+(`preflight_bandwidth`) for the host's topology.
 
 A floor exists only where a published figure backs it; with no row for the topology and operation the check
-is n/a and prints what was measured. Below a floor fails and names the sizes, and the slow rank or link where
-the document carries per-rank or per-link figures (`ranks`: [{rank, chip, busbw_gbps}], `links`: [{a, b,
-busbw_gbps}]).
+is n/a and prints what was measured. Below a floor fails and names the sizes, the ring links below it and the
+rank every slow link shares (the slow chip).
 """
 
 from __future__ import annotations
@@ -57,44 +57,64 @@ def _num(value) -> float | None:
         else None
 
 
+def _sweeps(doc: dict) -> dict[str, list[tuple[int, float]]]:
+    """op -> [(bytes, busbw GB/s)] of the document's all_reduce (`results`) and all_gather sweeps."""
+    out: dict[str, list[tuple[int, float]]] = {}
+    for op, rows in (("all_reduce", doc.get("results")), ("all_gather", doc.get("all_gather"))):
+        got = [(r["bytes"], bw) for r in rows or [] if isinstance(r, dict) and isinstance(r.get("bytes"), int)
+               and not isinstance(r.get("bytes"), bool) and (bw := _num(r.get("busbw_gbps"))) is not None]
+        if got:
+            out[op] = got
+    return out
+
+
+def _size(nbytes: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if nbytes >= 1 << shift and nbytes % (1 << shift) == 0:
+            return f"{nbytes >> shift} {unit}"
+    return f"{nbytes} B"
+
+
+def _slow_links(doc: dict, floor_mbps: int) -> tuple[list[str], list[str]]:
+    """The links below the floor, and the ranks every slow link shares (the slow chip, when there is one)."""
+    slow = [link for link in doc.get("links") or [] if isinstance(link, dict)
+            and (bw := _num(link.get("busbw_gbps"))) is not None and bw * 1000 < floor_mbps]
+    names = [f"link {link.get('a')}-{link.get('b')} ({link['busbw_gbps']:.2f} GB/s)" for link in slow]
+    common = set.intersection(*({link.get("a"), link.get("b")} for link in slow)) if len(slow) > 1 else set()
+    return names, [f"rank {r}" for r in sorted(common, key=str)]
+
+
 def judge(doc: dict | None, rows: list[dict], top: str | None) -> dict:
     if doc is None:
         return result("hccl-bandwidth", "n/a", "no collective sweep measured",
-                      "run one on the chips (`provision launch --check` prints a provision.collective/1 line) and"
-                      " pass it with --bandwidth FILE")
-    op = str(doc.get("op") or "all_reduce")
-    sizes = [(int(r["bytes"]), _num(r.get("busbw_gbps")), _num(r.get("algbw_gbps"))) for r in doc["results"]
-             if isinstance(r, dict) and isinstance(r.get("bytes"), int) and _num(r.get("busbw_gbps")) is not None]
-    if not sizes:
+                      "run one on the chips (`python -m provisioner.launch.collective --all-gather --links 64M` under"
+                      " torchrun, as `provision launch --check` does) and pass its JSON line with --bandwidth FILE")
+    sweeps = _sweeps(doc)
+    if not sweeps:
         return result("hccl-bandwidth", "n/a", "the collective document holds no busbw figures", "")
-    measured = ", ".join(f"{b >> 20 if b >= 1 << 20 else b} {'MB' if b >= 1 << 20 else 'B'}: busbw {bw:.2f} GB/s"
-                         for b, bw, _ in sizes)
-    floors = [r for r in rows if r["topology"] == top and r["op"] == op]
+    measured = "; ".join(f"{op} " + ", ".join(f"{_size(b)}: busbw {bw:.2f} GB/s" for b, bw in got)
+                         for op, got in sweeps.items())
+    floors = [r for r in rows if r["topology"] == top and r["op"] in sweeps]
     if top is None or not floors:
-        return result("hccl-bandwidth", "n/a", f"{op} {measured}; no sourced floor for "
-                      f"{top or 'this topology'} in matrices/preflight.yaml, so it is not judged",
+        return result("hccl-bandwidth", "n/a", f"{measured}; no sourced floor for {top or 'this topology'} in"
+                      " matrices/preflight.yaml, so it is not judged",
                       "add a floor from a published hccl_test figure to a matrix overlay (preflight_bandwidth, with"
                       " source:)")
     slow = []
-    for nbytes, busbw, _ in sizes:
-        applicable = [f for f in floors if nbytes >= f["min_bytes"]]
-        if applicable:
-            floor = max(applicable, key=lambda f: f["min_bytes"])
-            if busbw is not None and busbw * 1000 < floor["busbw_min_mbps"]:
-                slow.append((nbytes, busbw, floor))
+    for op, got in sweeps.items():
+        for nbytes, busbw in got:
+            applicable = [f for f in floors if f["op"] == op and nbytes >= f["min_bytes"]]
+            if applicable:
+                floor = max(applicable, key=lambda f: f["min_bytes"])
+                if busbw * 1000 < floor["busbw_min_mbps"]:
+                    slow.append((op, nbytes, busbw, floor))
     if not slow:
-        return result("hccl-bandwidth", "pass", f"{op} on {top}: {measured}, at or above the floor")
-    where = []
-    for rank in doc.get("ranks") or []:
-        if isinstance(rank, dict) and _num(rank.get("busbw_gbps")) is not None:
-            if rank["busbw_gbps"] * 1000 < slow[0][2]["busbw_min_mbps"]:
-                where.append(f"rank {rank.get('rank')}" + (f" (chip {rank['chip']})" if "chip" in rank else ""))
-    for link in doc.get("links") or []:
-        if isinstance(link, dict) and _num(link.get("busbw_gbps")) is not None:
-            if link["busbw_gbps"] * 1000 < slow[0][2]["busbw_min_mbps"]:
-                where.append(f"link {link.get('a')}-{link.get('b')} ({link['busbw_gbps']:.2f} GB/s)")
-    detail = "; ".join(f"{b} B: {bw:.2f} GB/s < {f['busbw_min_mbps'] / 1000:g} GB/s ({f['id']})" for b, bw, f in slow)
-    return result("hccl-bandwidth", "fail", f"{op} on {top} below the floor: {detail}"
-                  + (f"; slow: {', '.join(where)}" if where else ""),
+        return result("hccl-bandwidth", "pass", f"{top}: {measured}, at or above the floor")
+    links, ranks = _slow_links(doc, min(f["busbw_min_mbps"] for *_, f in slow))
+    detail = "; ".join(f"{op} {_size(b)}: {bw:.2f} GB/s < {f['busbw_min_mbps'] / 1000:g} GB/s ({f['id']})"
+                       for op, b, bw, f in slow)
+    where = (f"; slow: {', '.join(links)}" if links else "") + (f"; in every slow link: {', '.join(ranks)}"
+                                                               if ranks else "")
+    return result("hccl-bandwidth", "fail", f"{top} below the floor: {detail}{where}",
                   "find the slow chip or link (`hccn_tool -i N -link_stat -g`, `npu-smi info -t topo`), reseat or"
-                  " replace it, or leave it out of the job", where)
+                  " replace it, or leave it out of the job", ranks or links)

@@ -172,7 +172,8 @@ def _collective(busbw):
     return {"schema": bandwidth.SCHEMA, "op": "all_reduce", "world_size": 8,
             "results": [{"bytes": 1 << 20, "busbw_gbps": busbw / 4, "algbw_gbps": busbw / 7},
                         {"bytes": 256 << 20, "busbw_gbps": busbw, "algbw_gbps": busbw / 1.75}],
-            "ranks": [{"rank": r, "chip": r, "busbw_gbps": busbw if r != 5 else busbw / 3} for r in range(8)]}
+            "links": [{"a": r, "b": (r + 1) % 8, "busbw_gbps": busbw / 3 if 5 in (r, (r + 1) % 8) else busbw}
+                      for r in range(8)]}
 
 
 def test_bandwidth_judged_only_against_a_sourced_floor(matrix, tmp_path):
@@ -185,12 +186,12 @@ def test_bandwidth_judged_only_against_a_sourced_floor(matrix, tmp_path):
     floored = loader.load([str(overlay)])
     assert _status(_run(floored, host, bandwidth_doc=_collective(150.0)), "hccl-bandwidth")[0] == "pass"
     status, message = _status(_run(floored, host, bandwidth_doc=_collective(60.0)), "hccl-bandwidth")
-    assert status == "fail" and "268435456 B: 60.00 GB/s < 100 GB/s (test-floor)" in message
-    assert "slow:" not in message.split("(test-floor)")[0]
+    assert status == "fail" and "all_reduce 256 MiB: 60.00 GB/s < 100 GB/s (test-floor)" in message
     slow = _collective(150.0)
     slow["results"][1]["busbw_gbps"] = 40.0
     status, message = _status(_run(floored, host, bandwidth_doc=slow), "hccl-bandwidth")
-    assert status == "fail" and message.endswith("slow: rank 5 (chip 5)")
+    assert status == "fail" and message.endswith("slow: link 4-5 (50.00 GB/s), link 5-6 (50.00 GB/s); in every slow"
+                                                 " link: rank 5")
 
 
 STANDIN = """#!{python}

@@ -5,10 +5,16 @@ torch_npu registers ProcessGroupHCCL as backend "hccl" for the npu device
 devices=["npu"])). Collectives here take NPU tensors and reduce their CPU data in place through a Gloo group
 built on the same store. HCCL has no ReduceOp.AVG (LLaMA-Factory's NPU accelerator sums and divides for that
 reason), so AVG is refused as the real backend refuses it.
+
+A slow link is simulated at this level: a worker whose global rank is in FAKE_NPU_SLOW_RANKS (comma-separated)
+waits FAKE_NPU_SLOW_MS (default 5) before each allreduce, broadcast and allgather it joins, as a chip behind a
+slow HCCS or RoCE link holds up every collective it is part of.
 """
 
 from __future__ import annotations
 
+import os
+import time
 from datetime import timedelta
 
 import torch
@@ -16,6 +22,12 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import ProcessGroup
 
 from ._backend import NPUTensor
+
+
+def _slow_link() -> None:
+    slow = {r.strip() for r in os.environ.get("FAKE_NPU_SLOW_RANKS", "").split(",") if r.strip()}
+    if os.environ.get("RANK", "0") in slow:
+        time.sleep(float(os.environ.get("FAKE_NPU_SLOW_MS", "5")) / 1000)
 
 
 def _cpu(tensors):
@@ -73,6 +85,7 @@ class ProcessGroupHCCL(ProcessGroup):
             opts = dist.AllreduceOptions()
             opts.reduceOp = op
         self._reduce_op(opts)
+        _slow_link()
         self._gloo.allreduce(_cpu(tensors), opts).wait()
         return _Done(tensors)
 
@@ -80,11 +93,13 @@ class ProcessGroupHCCL(ProcessGroup):
         return self.allreduce(tensors, opts)
 
     def broadcast(self, tensors, opts):
+        _slow_link()
         self._gloo.broadcast(_cpu(tensors), opts).wait()
         return _Done(tensors)
 
     def allgather(self, output_lists, inputs, opts=None):
         outs = [_cpu(lst) for lst in output_lists]
+        _slow_link()
         self._gloo.allgather(outs, _cpu(inputs), opts or dist.AllgatherOptions()).wait()
         return _Done(output_lists)
 
