@@ -37,6 +37,8 @@ def _peer(ctx, param, values):
               help="A chip address of another node of the job: each chip pings it (hccn_tool -ping).")
 @click.option("--bandwidth", "bandwidth_file", type=click.Path(), metavar="FILE",
               help="A measured all-reduce sweep (the provision.collective/1 line of the collective check) to judge.")
+@click.option("--selftest", "selftest_file", type=click.Path(), metavar="FILE",
+              help="The output of `provision selftest` on these chips (its provision.selftest/1 line): matmul judged.")
 @click.option("--nodes", type=click.IntRange(min=1, max=4096), default=1, show_default=True,
               help="Nodes of the job (more than one: the bandwidth is judged as RoCE between nodes).")
 @click.option("-e", "--env", "env_items", multiple=True, metavar="KEY=VALUE",
@@ -45,13 +47,14 @@ def _peer(ctx, param, values):
               help="Seconds each tool call may take (they run in parallel).")
 @matrix_option
 @json_option
-def preflight_cmd(root, npu_smi_output, saved, peers, bandwidth_file, nodes, env_items, timeout, overlays, as_json):
+def preflight_cmd(root, npu_smi_output, saved, peers, bandwidth_file, selftest_file, nodes, env_items, timeout,
+                  overlays, as_json):
     """Check the chips and the NPU network before a job: one line per check with its fix.
 
     \b
     Chips: health, ECC counters, temperature and power, HBM in use, processes holding chips.
     Network: addresses (hccn.conf / hccn_tool), subnet, link, health, TLS, ping to --peer, clock skew.
-    HCCL bandwidth (--bandwidth) against matrices/preflight.yaml; stress: see provision selftest.
+    HCCL bandwidth (--bandwidth) against matrices/preflight.yaml; matmul from a self-test (--selftest).
     A check that could not be measured says n/a and why.
 
     Exit code 0 when ready, 1 with warnings (or nothing measured), 2 when a check failed (or bad input).
@@ -61,7 +64,7 @@ def preflight_cmd(root, npu_smi_output, saved, peers, bandwidth_file, nodes, env
 
     from provisioner.errors import ProvisionError
     from provisioner.matrix import loader
-    from provisioner.preflight import bandwidth, report
+    from provisioner.preflight import bandwidth, report, stress
 
     if not Path(root).is_dir():
         raise ProvisionError(f"--root {root}: not a directory")
@@ -79,8 +82,9 @@ def preflight_cmd(root, npu_smi_output, saved, peers, bandwidth_file, nodes, env
         env[key] = value
     m = loader.load(list(overlays))
     doc_bw = bandwidth.read(bandwidth_file) if bandwidth_file else None
+    doc_st = stress.read(selftest_file) if selftest_file else None
     doc = report.run(m, root, npu_smi_outputs=npu_smi_output, saved=saved, peers=peers, env=env,
-                     bandwidth_doc=doc_bw, nodes=nodes, timeout=timeout)
+                     bandwidth_doc=doc_bw, selftest_doc=doc_st, nodes=nodes, timeout=timeout)
     if as_json:
         emit_json(doc)
     else:

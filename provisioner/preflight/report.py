@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import os
 
-from provisioner.preflight import bandwidth, checks, facts, network
+from provisioner.preflight import bandwidth, checks, facts, network, stress
 from provisioner.text import one_line
 
 SCHEMA = "provision.preflight/1"
 ORDER = ("fail", "warn", "n/a", "pass")
-STRESS = checks.result(
-    "chip-stress", "n/a", "a host check runs nothing on the chips, so no matmul or HBM stress was run",
-    "run `provision selftest --image IMAGE` (matmul per chip in the image) before a long job")
 
 
 def limits(matrix) -> dict:
@@ -42,7 +39,7 @@ def connect_timeout(env: dict, default: int | None) -> tuple[int | None, str]:
 
 
 def run(matrix, root: str = "/", *, npu_smi_outputs=(), saved=(), peers=(), env: dict | None = None,
-        bandwidth_doc: dict | None = None, nodes: int = 1, timeout: float = 10.0,
+        bandwidth_doc: dict | None = None, selftest_doc: dict | None = None, nodes: int = 1, timeout: float = 10.0,
         run_tree_programs: bool = False) -> dict:
     lim = limits(matrix)
     f = facts.gather(root, npu_smi_outputs=list(npu_smi_outputs), saved=list(saved), peers=list(peers),
@@ -52,7 +49,7 @@ def run(matrix, root: str = "/", *, npu_smi_outputs=(), saved=(), peers=(), env:
     timeout_s, timeout_from = connect_timeout(env or {}, lim["connect_timeout_default"])
     results += network.run(f, list(peers), timeout_s, timeout_from)
     results.append(bandwidth.judge(bandwidth_doc, lim["bandwidth"], bandwidth.topology(f, nodes)))
-    results.append(dict(STRESS))
+    results += [stress.judge_matmul(selftest_doc), dict(stress.STRESS)]
     summary = {s: sum(r["status"] == s for r in results) for s in ORDER}
     if summary["fail"]:
         code = 2

@@ -16,7 +16,7 @@ from provisioner.preflight import bandwidth, report
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "preflight"
 CHECKS = ["chip-health", "chip-ecc", "chip-temperature", "chip-power", "chip-hbm-in-use", "chip-processes",
           "npu-net-config", "npu-subnet", "npu-link", "npu-net-health", "npu-tls", "npu-ping", "clock-skew",
-          "hccl-bandwidth", "chip-stress"]
+          "hccl-bandwidth", "chip-matmul", "chip-stress"]
 # host -> the one failing check and words its message names
 BROKEN = {
     "preflight-busy-chip": ("chip-processes", "NPU 3: pid 1203463 python3.10"),
@@ -52,9 +52,9 @@ def test_clean_host_passes_and_lists_every_check(capsys):
     assert not [k for k, v in status.items() if v in ("fail", "warn")]
     # what could not be measured here is n/a, never pass
     assert {k for k, v in status.items() if v == "n/a"} == {"chip-temperature", "chip-power", "npu-ping",
-                                                            "hccl-bandwidth", "chip-stress"}
+                                                            "hccl-bandwidth", "chip-matmul", "chip-stress"}
     assert len(doc["chips"]) == 8 and doc["tools_run"] is False
-    assert doc["summary"] == {"fail": 0, "warn": 0, "n/a": 5, "pass": 10}
+    assert doc["summary"] == {"fail": 0, "warn": 0, "n/a": 6, "pass": 10}
 
 
 @pytest.mark.parametrize("name", sorted(BROKEN))
@@ -262,3 +262,28 @@ def test_a_path_with_a_newline_cannot_start_a_printed_line(tmp_path, capsys):
     rc = main(["preflight", "--root", str(root), "--saved", str(saved)])
     out = capsys.readouterr().out
     assert rc == 1 and not [line for line in out.splitlines() if line.startswith("CANARY")]
+
+
+def _selftest(status, ranks_failed=()):
+    return {"schema": "provision.selftest/1", "status": "ok" if status == "ok" else "failed", "world_size": 8,
+            "checks": [{"id": "npu", "status": "ok", "detail": "8 chips"},
+                       {"id": "matmul", "status": status, "detail": "fp16 and bf16 within tolerance",
+                        "error": None if status == "ok" else "bf16 matmul differs from the fp32 reference by 3.1",
+                        "fix": None if status == "ok" else "take the chip out of jobs", "seconds": 1.2,
+                        "ranks_failed": list(ranks_failed), "figures": None}]}
+
+
+def test_matmul_from_a_selftest_document(tmp_path, capsys):
+    path = tmp_path / "selftest.txt"
+    path.write_text("selftest: npu ok\n[rank0]:" + json.dumps(_selftest("fail", [3])) + "\n")
+    rc, doc = run_json("preflight-clean", "--selftest", str(path), capsys=capsys)
+    got = next(c for c in doc["checks"] if c["id"] == "chip-matmul")
+    assert rc == 2 and got["status"] == "fail" and got["chips"] == ["rank 3"]
+    assert "bf16 matmul differs" in got["message"] and got["fix"] == "take the chip out of jobs"
+    path.write_text(json.dumps(_selftest("ok")) + "\n")
+    rc, doc = run_json("preflight-clean", "--selftest", str(path), capsys=capsys)
+    assert rc == 0 and _status(doc, "chip-matmul")[0] == "pass"
+    assert _status(doc, "chip-stress")[0] == "n/a"
+    path.write_text("no document\n")
+    assert main([*args("preflight-clean"), "--selftest", str(path)]) == 2
+    assert "no provision.selftest/1 JSON line" in capsys.readouterr().err
