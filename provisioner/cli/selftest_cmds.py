@@ -7,7 +7,7 @@ import click
 
 from provisioner.cli.common import json_option, refuse
 from provisioner.cli.device_cmds import host_options, launch_options
-from provisioner.cli.launching import report, start
+from provisioner.cli.launching import preflight_gate, report, start
 
 CONFIG_IN_CONTAINER = "/etc/provision/selftest/train.yaml"
 
@@ -28,10 +28,12 @@ def register(group: click.Group) -> None:
               help="devices: --device nodes; runtime: the Ascend runtime; auto: runtime if registered and --dev-root is /dev.")
 @click.option("--user", help="Run as this user inside (default: the image's).")
 @click.option("--keep", is_flag=True, help="Keep the container after it exits, for docker logs / inspect.")
+@click.option("--preflight", is_flag=True, help="Run `provision preflight` on this host first (chips, NPU network,"
+              " clock); stop if a check fails.")
 @click.option("--label", "labels", multiple=True, help="KEY=VALUE label on the container (repeatable).")
 @json_option
 @click.argument("overrides", nargs=-1, type=click.UNPROCESSED)
-def selftest_cmd(overlays, as_json, image, config, env, mode, user, keep, labels, overrides, **kw):
+def selftest_cmd(overlays, as_json, image, config, env, mode, user, keep, preflight, labels, overrides, **kw):
     """Check in about a minute that training works in IMAGE on the chips in --devices.
 
     \b
@@ -63,6 +65,8 @@ def selftest_cmd(overlays, as_json, image, config, env, mode, user, keep, labels
         mounts.append((os.path.abspath(config), CONFIG_IN_CONTAINER, "ro"))
         args = ["--config", CONFIG_IN_CONTAINER, *args]
     m = matrix.load(list(overlays or ()))
+    if preflight and (code := preflight_gate(m, kw, user_env, as_json)) is not None:
+        return code
     engine = launch.connect()
     try:
         info = launch.inspect_image(engine, image)

@@ -41,3 +41,12 @@ def test_launch_preflight_runs_before_the_engine_is_asked(tmp_path, monkeypatch,
     # another host's tree: nothing measured, so no failure; the launch goes on and meets the missing engine
     assert "preflight of" in err and "N/A   chip-health" in err
     assert rc == 2 and err.strip().splitlines()[-1].startswith("provision: error:")
+
+
+def test_selftest_preflight_runs_before_the_engine_is_asked(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    rc = main(["selftest", "--card", "800T-A2", "--devices", "0-7", "--root", str(FIXTURES / "preflight-clean" / "tree"),
+               "--image", "provision/none:latest", "--preflight"])
+    err = capsys.readouterr().err
+    assert "preflight of" in err and "N/A   chip-health" in err
+    assert rc == 2 and err.strip().splitlines()[-1].startswith("provision: error:")
