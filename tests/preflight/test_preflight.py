@@ -287,3 +287,27 @@ def test_matmul_from_a_selftest_document(tmp_path, capsys):
     path.write_text("no document\n")
     assert main([*args("preflight-clean"), "--selftest", str(path)]) == 2
     assert "no provision.selftest/1 JSON line" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_tool_calls_run_in_parallel(matrix, tmp_path):
+    """72 tool calls on an 8-chip host (5 npu-smi and 4 hccn_tool per chip): with each call taking 0.3 s they
+    would take over 20 s one after another; run in parallel they stay far inside the 2-minute budget."""
+    host = FIXTURES / "preflight-clean"
+    root = tmp_path / "root"
+    shutil.copytree(host / "tree", root)
+    repo = str(Path(__file__).resolve().parents[2])
+    body = STANDIN.format(python=sys.executable, repo=repo, saved=str(host / "npu_info_before.txt"))
+    body = body.replace("want = ", "import time\ntime.sleep(0.3)\nwant = ", 1)
+    for rel in ("usr/local/bin/npu-smi", "usr/local/Ascend/driver/tools/hccn_tool"):
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(body)
+        p.chmod(0o755)
+    import time
+
+    start = time.monotonic()
+    doc = report.run(matrix, str(root), run_tree_programs=True, timeout=30)
+    took = time.monotonic() - start
+    assert doc["exit_code"] == 0 and _status(doc, "npu-link")[0] == "pass"
+    assert took < 12, f"{took:.1f} s"
