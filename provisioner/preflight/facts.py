@@ -189,7 +189,8 @@ def gather(root: str | Path = "/", *, npu_smi_outputs: list | tuple = (), saved:
         res = run_command([str(chronyc), "tracking"], timeout)
         chrony_text = res["stdout"] if res["rc"] == 0 and not res["error"] else None
     offset = parse.parse_chrony(chrony_text) if chrony_text else None
-    facts["clock"] = {"offset_s": offset, "source": "chronyc tracking" if offset is not None else None}
+    facts["clock"] = {"offset_s": offset, "source": "chronyc tracking" if offset is not None else None,
+                      "leap": parse.parse_chrony_leap(chrony_text) if chrony_text else None}
 
     def run_one(task):
         holder, kind, argv = task

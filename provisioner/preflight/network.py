@@ -206,6 +206,10 @@ def check_clock(facts: dict, connect_timeout: int | None, timeout_from: str) -> 
     if offset is None:
         return result("clock-skew", "n/a", "clock offset not read (no `chronyc tracking` output)",
                       "run chrony (or NTP) on every node; on the host: `chronyc tracking`")
+    if (clock.get("leap") or "").lower().startswith("not sync"):
+        return result("clock-skew", "warn", f"clock not synchronised (chronyc tracking: Leap status {clock['leap']}):"
+                      " its offset from the other nodes is unknown",
+                      "make chrony reach its NTP server (`chronyc sources -v`) on every node before the job")
     if connect_timeout is None:
         return result("clock-skew", "n/a", f"clock {offset:+.3f} s from NTP; no HCCL_CONNECT_TIMEOUT to judge"
                       " it against", "")

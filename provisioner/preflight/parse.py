@@ -200,6 +200,15 @@ def parse_chrony(text: str) -> float | None:
     return value if m.group(2).lower() == "fast" else -value
 
 
+_LEAP = re.compile(r"Leap status\s*:\s*(.+?)\s*$", re.I | re.M)
+
+
+def parse_chrony_leap(text: str) -> str | None:
+    """chronyc tracking: the Leap status (`Normal`, `Not synchronised`, ...), or None."""
+    m = _LEAP.search(text or "")
+    return m.group(1) if m else None
+
+
 def _command(tool: str, args: str) -> dict | None:
     """`npu-smi info -i 0 -c 0 -t health` / `hccn_tool -i 0 -ip -g | grep x` -> {tool, npu, chip, what}."""
     words = args.split("|", 1)[0].split()

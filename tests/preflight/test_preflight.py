@@ -153,11 +153,18 @@ def test_duplicate_address_and_off_subnet_chip(matrix, tmp_path):
 
 
 def test_clock_skew_against_hccl_connect_timeout(matrix, tmp_path, capsys):
-    host = _edited(tmp_path, "preflight-clean", "0.000006523 seconds slow", "75.2 seconds fast")
+    host = _edited(tmp_path, "preflight-clean", "0.000669840 seconds slow", "75.2 seconds fast")
     status, message = _status(_run(matrix, host), "clock-skew")
     assert status == "fail" and "150.4 s apart" in message and "HCCL_CONNECT_TIMEOUT 120 s" in message
     status, _ = _status(_run(matrix, host, env={"HCCL_CONNECT_TIMEOUT": "3600"}), "clock-skew")
     assert status == "pass"
+    # chrony that never reached a server reports a zero offset (the powersj.io sample): not a pass
+    host2 = _edited(tmp_path / "b", "preflight-clean", "0.000669840 seconds slow of NTP time",
+                    "0.000000000 seconds fast of NTP time")
+    saved = host2 / "npu_info_before.txt"
+    saved.write_text(saved.read_text().replace("Leap status     : Normal", "Leap status     : Not synchronised"))
+    status, message = _status(_run(matrix, host2), "clock-skew")
+    assert status == "warn" and "Leap status Not synchronised" in message
 
 
 def test_another_hosts_tree_without_saved_output_measures_nothing(matrix, tmp_path, capsys):
