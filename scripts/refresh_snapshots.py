@@ -20,8 +20,24 @@
         ("@ <commit>") and PATH's tables are extracted at that commit. Writes
         matrices/snapshots/source-extracts.json (other ids already there stay).
 
+    python scripts/refresh_snapshots.py hdk (--git-dir DIR | --text) ID=PATH [ID=PATH ...]
+        The CANN <-> Ascend HDK tables of CANN release notes (hicann/release-management
+        <version>/release-notes.md): the version-mapping table (paired HDK) and the
+        compatibility table (Y/N per HDK line). With --git-dir, PATH is read at the
+        commit of the id's `ref` ("@ <commit>"); with --text, PATH is a local copy of
+        that file at that commit (ID=PATH=COPY; a source read elsewhere). Several PATHs of one id
+        merge. Writes the `hdk` part of matrices/snapshots/source-extracts.json.
+
+    python scripts/refresh_snapshots.py names --git-dir DIR --repo OWNER/NAME
+            [--classes PATH ...] [--files PATH ...] COMMIT [COMMIT ...]
+        The names jobs rely on in an upstream repository at pinned commits: the
+        classes defined in each --classes file (data handlers) and which --files
+        paths exist (job scripts). Writes matrices/snapshots/framework-names.json
+        (other repositories and commits already there stay).
+
 Every file is written atomically; review the diff, then run
-`provision matrix verify` and fix the matrix rows it reports.
+`provision matrix verify` and fix the matrix rows it reports. `provision matrix
+verify --all` warns when a snapshot is older than 90 days.
 """
 
 from __future__ import annotations
@@ -124,6 +140,66 @@ def cmd_sources(args) -> None:
     dump(path, current)
 
 
+def _load(name: str, schema: str) -> dict:
+    path = snapshot.snapshot_path(name)
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {"schema": schema, "sources": {}}
+
+
+def cmd_hdk(args) -> None:
+    m = loader.load(use_cache=False)
+    refs = {r["id"]: r["ref"] for r in m.rows("sources")}
+    current = _load("source-extracts.json", "provision.source-extracts/1")
+    merged: dict = {}
+    for item in args.items:
+        ident, _, file = item.partition("=")
+        if ident not in refs or not file:
+            sys.exit(f"{item}: expected ID=PATH with an id from matrices/sources.yaml")
+        m_commit = re.search(r"@ ?([0-9a-f]{7,40})", refs[ident])
+        if not m_commit:
+            sys.exit(f"{ident}: its ref names no commit ('@ <commit>'): {refs[ident]}")
+        if args.text:
+            file, _, local = file.partition("=")
+            if not local:
+                sys.exit(f"{item}: with --text, expected ID=PATH=LOCAL_COPY")
+            text, where = Path(local).read_text(encoding="utf-8"), f"{file} @ {m_commit.group(1)[:12]} (a copy)"
+        else:
+            sha, day = _commit(args.git_dir, m_commit.group(1))
+            text, where = git(args.git_dir, "show", f"{sha}:{file}"), f"{file} @ {sha[:12]} ({day})"
+        tables = snapshot.extract_hdk(text)
+        if not tables["paired"] and not tables["compatible"]:
+            sys.exit(f"{ident}: {file} has no CANN/HDK table")
+        got = merged.setdefault(ident, {"read": [], "paired": {}, "compatible": {}})
+        got["read"].append(where)
+        got["paired"].update(tables["paired"])
+        got["compatible"].update(tables["compatible"])
+        print(f"{ident}: {len(tables['paired'])} paired, {len(tables['compatible'])} compatibility rows")
+    for ident, got in merged.items():
+        current["sources"].setdefault(ident, {})["hdk"] = {**got, "read": "; ".join(got["read"])}
+    current["updated"] = datetime.date.today().isoformat()
+    dump(snapshot.snapshot_path("source-extracts.json"), current)
+
+
+def cmd_names(args) -> None:
+    current = _load("framework-names.json", "provision.framework-names/1")
+    for rev in args.commits:
+        sha, day = _commit(args.git_dir, rev)
+        classes: list[str] = []
+        for path in args.classes:
+            text = git(args.git_dir, "show", f"{sha}:{path}")
+            classes += re.findall(r"^class ([A-Za-z_][A-Za-z0-9_]*)", text, flags=re.M)
+        tree = set(git(args.git_dir, "ls-tree", "-r", "--name-only", sha).split())
+        files = sorted(p for p in args.files if p in tree)
+        current["sources"][f"{args.repo}@{sha[:12]}"] = {
+            "read": f"github {args.repo} @ {sha[:12]} ({day}): " + ", ".join([*args.classes, *args.files]),
+            "classes": sorted(set(classes)), "files": files}
+        print(f"{args.repo}@{sha[:12]}: {len(set(classes))} classes, {len(files)}/{len(args.files)} files")
+    current["updated"] = datetime.date.today().isoformat()
+    dump(snapshot.snapshot_path("framework-names.json"), current)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -139,6 +215,19 @@ def main() -> None:
     p.add_argument("--git-dir", required=True)
     p.add_argument("items", nargs="+", metavar="ID=PATH")
     p.set_defaults(run=cmd_sources)
+    p = sub.add_parser("hdk")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--git-dir")
+    src.add_argument("--text", action="store_true", help="each PATH is a local copy of the file")
+    p.add_argument("items", nargs="+", metavar="ID=PATH")
+    p.set_defaults(run=cmd_hdk)
+    p = sub.add_parser("names")
+    p.add_argument("--git-dir", required=True)
+    p.add_argument("--repo", required=True, help="owner/name, as the matrix cites it")
+    p.add_argument("--classes", action="append", default=[], metavar="PATH")
+    p.add_argument("--files", action="append", default=[], metavar="PATH")
+    p.add_argument("commits", nargs="+", metavar="COMMIT")
+    p.set_defaults(run=cmd_names)
     args = ap.parse_args()
     args.run(args)
 

@@ -50,7 +50,8 @@ def _read_tags(path: str) -> set[str]:
 @click.option("--online", is_flag=True, help=ONLINE_HELP)
 @click.option("--image-tags", type=click.Path(dir_okay=False),
               help="The registry's tags (one per line, or `skopeo list-tags` JSON): every image row must be there.")
-@click.option("--all", "show_all", is_flag=True, help="Also list notes (unconfirmed pairings, unused sources).")
+@click.option("--all", "show_all", is_flag=True,
+              help="Also list notes (unconfirmed pairings, unused sources) and warn of snapshots over 90 days old.")
 @matrix_option
 @json_option
 def verify_cmd(online, image_tags, show_all, overlays, as_json):
@@ -79,6 +80,9 @@ def verify_cmd(online, image_tags, show_all, overlays, as_json):
     counts = report.counts()
     click.echo(table([[k, v["ok"], v["mismatch"], v["note"]] for k, v in sorted(counts.items())],
                      ["check", "ok", "mismatch", "note"]))
+    if show_all:
+        for line in report.stale:
+            click.echo(f"provision: warning: {line}", err=True)
     shown = [c for c in report.claims if c.status == "mismatch" or (show_all and c.status == "note")]
     if shown:
         click.echo("")

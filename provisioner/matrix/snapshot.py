@@ -10,8 +10,12 @@ live equivalents:
   directory list of Ascend/cann-container-image and the tags its security-scan
   reports name (published earlier, dropped from the list since).
 * ``source-extracts.json`` - the tables of the cited documents that a machine
-  can read (torch_npu <-> torch <-> CANN pairings, torch <-> Python), so a
-  citation can be checked to contain the value it supports.
+  can read (torch_npu <-> torch <-> CANN pairings, torch <-> Python; the CANN
+  <-> Ascend HDK tables of the CANN release notes, ``hdk``), so a citation can
+  be checked to contain the value it supports.
+* ``framework-names.json`` - per upstream repository and pinned commit, the
+  names a job relies on there: the classes of its data-handler files and the
+  paths of the scripts a job runs (read from the repository at that commit).
 
 ``Facts`` holds them in one shape, whether read from the snapshots (offline,
 the default) or from the index through the user's pip settings (``--online``).
@@ -57,6 +61,8 @@ class Facts:
     extracts: dict = field(default_factory=dict)
     stats: dict = field(default_factory=dict)
     registry_tags: set | None = None  # a registry's own tag list (verify --image-tags)
+    names: dict = field(default_factory=dict)  # "owner/repo@commit" -> {"read", "classes", "files"}
+    dates: dict = field(default_factory=dict)  # snapshot file -> the day its facts were read (YYYY-MM-DD)
 
     def releases(self, project: str) -> dict[str, list[Wheel]]:
         return self.projects.get(project, {})
@@ -122,11 +128,24 @@ def load(online_index=None, progress=None) -> Facts:
             }
     else:
         facts = read_index(online_index, progress=progress)
+    names = _read_json("framework-names.json", "framework names")
     facts.listed_tags = set(images["listed"]["tags"])
     facts.scanned_tags = set(images["scanned"]["tags"])
     facts.image_sources = {k: images[k]["source"] for k in ("listed", "scanned")}
     facts.extracts = extracts.get("sources", {})
+    facts.names = names.get("sources", {})
+    facts.dates = {"pypi.json": facts.taken if facts.origin == "snapshot" else None,
+                   "cann-images.json": _day(images["listed"]["source"]),
+                   "source-extracts.json": extracts.get("updated"), "framework-names.json": names.get("updated")}
     return facts
+
+
+def _day(text: str) -> str | None:
+    """The first YYYY-MM-DD in a source line ("... @ c5a67b3a747b (2026-07-07): ...")."""
+    import re
+
+    m = re.search(r"\b(\d{4}-\d{2}-\d{2})\b", text or "")
+    return m.group(1) if m else None
 
 
 def read_index(index, keep=None, progress=None) -> Facts:
@@ -283,3 +302,60 @@ def extract_tables(markdown: str) -> dict:
                 if m and minors:
                     python[m.group(0)] = f"{'.'.join(map(str, minors[0]))}-{'.'.join(map(str, minors[-1]))}"
     return {"pairs": pairs, "python": python}
+
+
+def _html_rows(table: str) -> list[list[str]]:
+    """The rows of one HTML table as lists of cell texts (th and td alike, tags stripped)."""
+    import re
+
+    rows = []
+    for tr in re.findall(r"<tr[^>]*>(.*?)</tr>", table, flags=re.S | re.I):
+        cells = re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", tr, flags=re.S | re.I)
+        rows.append([" ".join(re.sub(r"<[^>]+>", " ", c).split()) for c in cells])
+    return rows
+
+
+def extract_hdk(markdown: str) -> dict:
+    """The CANN <-> Ascend HDK tables of a CANN release note (hicann/release-management), as plain data.
+
+    paired: {CANN: [HDK, ...]} from the version-mapping table (CANN | driver version);
+    compatible: {CANN or "9.0.X": {HDK column ("25.0.X", "26.0.RC1/25.7.RC1"): true for Y, false for N}}."""
+    import re
+
+    paired: dict = {}
+    compatible: dict = {}
+    for table in re.findall(r"<table.*?</table>", markdown, flags=re.S | re.I):
+        rows = [r for r in _html_rows(table) if r]
+        if not rows or rows[0][0].upper() != "CANN":
+            continue
+        marks = [n for n, r in enumerate(rows) if len(r) > 1 and all(c in ("Y", "N") for c in r[1:])]
+        if marks:
+            width = len(rows[marks[0]]) - 1
+            head = next((r for r in reversed(rows[:marks[0]]) if len(r) == width), None)
+            if head is None:
+                continue
+            for n in marks:
+                compatible[rows[n][0]] = {col: mark == "Y" for col, mark in zip(head, rows[n][1:], strict=True)}
+            continue
+        for r in rows[1:]:
+            if len(r) == 2 and r[0] and r[1]:
+                paired[r[0]] = [v.strip() for v in re.split(r"[,、/]", r[1]) if v.strip()]
+    for head, rows in _tables(markdown):  # the pipe-table form of the 9.0.x notes: [CANN 9.0.0](...) | [Ascend HDK ...]<br>...
+        if len(head) < 2 or "CANN" not in head[0] or "HDK" not in head[1]:
+            continue
+        for r in rows:
+            if len(r) < 2:
+                continue
+            cann = _plain(r[0]).replace("CANN", "").strip()
+            hdks = [_plain(v).replace("Ascend HDK", "").strip() for v in re.split(r"<br\s*/?>", r[1], flags=re.I)]
+            if cann and any(hdks):
+                paired[cann] = [h for h in hdks if h]
+    return {"paired": paired, "compatible": compatible}
+
+
+def _plain(cell: str) -> str:
+    """Markdown link text and HTML stripped: "[CANN 9.0.0](https://...)" -> "CANN 9.0.0"."""
+    import re
+
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", cell)
+    return " ".join(re.sub(r"<[^>]+>", " ", text).split())

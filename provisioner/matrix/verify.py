@@ -16,7 +16,10 @@ recorded or live fact can confirm or refute:
 * images: listed tags must be in today's tag list; ``listed: false`` rows must
   not be, and those citing the scan reports must be named by them;
 * sources: every ``source:`` item is a defined id, a URL, or a repository
-  reference, and every id defined is used.
+  reference, and every id defined is used;
+* driver ranges against the release notes' HDK tables, job handler and script
+  names against the pinned framework files, snapshot ages
+  (provisioner/matrix/verify_claims.py).
 
 Each claim carries the evidence that decided it. Facts come from
 provisioner/matrix/snapshot.py (recorded, or live with ``--online``).
@@ -53,6 +56,7 @@ class Claim:
 class Report:
     facts: dict
     claims: list[Claim] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)  # snapshots older than verify_claims.STALE_DAYS
 
     @property
     def mismatches(self) -> list[Claim]:
@@ -70,7 +74,7 @@ class Report:
 
     def as_json(self) -> dict:
         return {"schema": SCHEMA, "facts": self.facts, "checked": self.checked,
-                "mismatches": len(self.mismatches), "by_check": self.counts(),
+                "mismatches": len(self.mismatches), "by_check": self.counts(), "stale_snapshots": self.stale,
                 "claims": [asdict(c) for c in self.claims if c.status != "ok"]}
 
 
@@ -353,12 +357,17 @@ class Verifier:
             self.add("source", f"source {ident}", "id", ident, "unused", "no row cites it", "matrices/sources.yaml",
                      note=True)
 
-    def run(self) -> Report:
+    def run(self, today=None) -> Report:
+        from provisioner.matrix import verify_claims
+
         self.sources()
         self.torch_npu()
         self.mindspore()
         self.torch_lines()
         self.images()
+        verify_claims.hdk(self)
+        verify_claims.job_names(self)
+        self.report.stale = verify_claims.ages(self, today)
         return self.report
 
 
@@ -369,5 +378,5 @@ def _near(text: str, ids) -> str:
     return f" (did you mean {close[0]}?)" if close else ""
 
 
-def verify(matrix, facts) -> Report:
-    return Verifier(matrix, facts).run()
+def verify(matrix, facts, today=None) -> Report:
+    return Verifier(matrix, facts).run(today)
