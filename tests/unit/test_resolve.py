@@ -159,7 +159,7 @@ def test_unknown_extra_and_framework_mixups_are_input_errors(m):
 # --- profiles -----------------------------------------------------------------------------------
 
 KNOWN_GOOD = ["mindspeed-rl-2.0.0-grpo", "mindspore-2.7.1-a2", "a2-torch2.1-lora-deepspeed",
-              "mindspeed-llm-2.3.0-a2", "llamafactory-a2-cann9.0", "a3-torch2.12-cann9.1"]
+              "mindspeed-llm-2.3.0-a2", "llamafactory-a2-cann9.0", "llamafactory-a2-cann9.1", "a3-torch2.12-cann9.1"]
 
 
 @pytest.mark.parametrize("name", KNOWN_GOOD)
