@@ -30,3 +30,11 @@ def test_the_llamafactory_profiles_follow_its_npu_image(m):
     assert "@ 6b9df75ab" in str(old["source"]) and "@ 0bbe481e6" in str(new["source"])
     assert (new["constraints"]["cann"], new["constraints"]["torch"], new["constraints"]["torch_npu"]) == \
         ("9.1.0", "2.10.0", "2.10.0.post2")
+
+
+def test_torchnpu_26_2_0_names_its_beta_tags(m):
+    # the row said "only a 0day build"; Ascend/pytorch @ 9e73e708 also has six v26.2.0-beta.1-pytorch<torch> tags
+    row = next(r for r in m.rows("torch_npu_releases") if r["product"] == "26.2.0")
+    for build in ("2.7.1.post9", "2.9.0.post7", "2.10.0.post5", "2.11.0.post1", "2.12.0.post1"):
+        assert build in row["notes"], build
+    assert "v26.2.0-beta.1" in row["notes"] and not any(r["wheel"] == "2.10.0.post5" for r in m.rows("torch_npu"))
