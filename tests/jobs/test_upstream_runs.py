@@ -206,12 +206,13 @@ echo "{\\"last_step\\": $FAKE_LAST_STEP}" > "$out/checkpoint/rank_0/meta.json"
 """
 
 
-def _run_mindspore_train(p, tmp_path: Path, records: str | None) -> tuple[subprocess.CompletedProcess, list[str]]:
+def _run_mindspore_train(p, tmp_path: Path, records: str | None, node_rank: str = "0",
+                         msrun: str = FAKE_MSRUN) -> tuple[subprocess.CompletedProcess, list[str]]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    msrun = bin_dir / "msrun"
-    msrun.write_text(FAKE_MSRUN)
-    msrun.chmod(msrun.stat().st_mode | stat.S_IEXEC)
+    fake = bin_dir / "msrun"
+    fake.write_text(msrun)
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     Path(p.checkout).mkdir(parents=True, exist_ok=True)
     if records is not None:
         Path(p.paths["data_prefix"] + ".records").parent.mkdir(parents=True, exist_ok=True)
@@ -219,7 +220,8 @@ def _run_mindspore_train(p, tmp_path: Path, records: str | None) -> tuple[subpro
     script = tmp_path / "train.sh"
     script.write_text(p.files["steps/02-train.sh"])
     env = {**os.environ, "PATH": f"{bin_dir}:{Path(sys.executable).parent}:{os.environ['PATH']}",
-           "MSRUN_ARGS": str(tmp_path / "msrun.args"), "FAKE_LAST_STEP": str(p.spec.train.steps)}
+           "MSRUN_ARGS": str(tmp_path / "msrun.args"), "FAKE_LAST_STEP": str(p.spec.train.steps),
+           "NODE_RANK": node_rank}
     done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
     args = (tmp_path / "msrun.args").read_text().split("\n") if (tmp_path / "msrun.args").exists() else []
     return done, args
@@ -279,3 +281,51 @@ def test_run_mindformer_declares_every_flag_the_train_step_passes(shipped, stack
     load = set(re.findall(r"(?<![\w-])--[a-z_]+", " ".join(re.findall(r"load_args=\(([^)]*)\)", text))))
     assert {"--epochs", "--num_samples", "--train_dataset_dir"} <= passed
     assert passed | load <= declared, sorted((passed | load) - declared)
+
+
+# -- launchers as upstream's: msrun, Ray ---------------------------------------------------------------------
+
+
+def test_msrun_binds_cores_lifts_the_process_limit_and_tails_this_nodes_first_global_rank(shipped, stacks, sft_job,
+                                                                                         tmp_path):
+    """As MindFormers' scripts/msrun_launcher.sh: msrun --bind_core=True after ulimit -u unlimited. On node 1 of 2
+    msrun names the logs by global rank (node_rank x local_worker_num + index: _api.py), so node 1's first worker
+    writes worker_2.log with 2 chips a node; the step streams that file (it used to wait on a worker_0.log that
+    only node 0 has)."""
+    text = MS_SFT.replace("/output/qwen25-7b-sft", str(tmp_path / "out")) + f"framework_dir: {tmp_path / 'mf'}\n"
+    p = plan.build(shipped, sft_job(text), card="800T-A2", chips_per_node=2, nnodes=2, stack=stacks["mindformers"],
+                   image="image img")
+    train = p.files["steps/02-train.sh"]
+    assert train.index("ulimit -u unlimited") < train.index("\nmsrun ")
+    fake = FAKE_MSRUN + ('logs=""; for a in "$@"; do case "$a" in --log_dir=*) logs="${a#--log_dir=}";; esac; done\n'
+                         'for r in 0 1 2 3; do echo "line of worker $r" >> "$logs/worker_$r.log"; done\nsleep 1.5\n')
+    done, args = _run_mindspore_train(p, tmp_path, "52002\n", node_rank="1", msrun=fake)
+    assert done.returncode == 0, done.stderr
+    assert "--bind_core=True" in args and "--node_rank=1" in args and "--local_worker_num=2" in args
+    assert "line of worker 2" in done.stdout and "line of worker 0" not in done.stdout
+
+
+def test_grpo_raises_the_open_file_limit_and_keeps_tensorboard_under_the_output(shipped, stacks, sft_job, tmp_path):
+    """As MindSpeed-RL's grpo_trainer_qwen25_7b.sh: ulimit -n 32768 before ray start, on every node. Its trainer
+    opens SummaryWriter() without a log_dir (trainer/base.py): runs/ in the directory ray start runs in (the
+    checkout) links to <output>/tensorboard, on every node, before the head or a worker starts."""
+    from tests.jobs.conftest import EXAMPLES
+
+    p = build(shipped, sft_job((EXAMPLES / "seed000-grpo-qwen25-7b-2nodes.yaml").read_text()), stacks["rl"], chips=8,
+              nnodes=2)
+    train = p.files["steps/03-train.sh"]
+    worker_branch = train.index('if [ "$NODE_RANK" != 0 ]')
+    assert train.index("ulimit -n 32768") < worker_branch and train.index("ln -sfn") < worker_branch
+    m = re.search(r"(?ms)^# TensorBoard:.*?^fi\n", train)
+    assert m and f"tensorboard={p.paths['output']}/tensorboard" in m.group(0)
+    block = m.group(0).replace(p.paths["output"], str(tmp_path / "out"))
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    for _ in range(2):  # again on a resume: the link is replaced, not nested
+        subprocess.run(["bash", "-c", "set -euo pipefail\n" + block], cwd=checkout, check=True)
+    assert os.readlink(checkout / "runs") == str(tmp_path / "out" / "tensorboard")
+    assert (tmp_path / "out" / "tensorboard").is_dir() and not (tmp_path / "out" / "tensorboard" / "tensorboard").exists()
+    (checkout / "runs").unlink()
+    (checkout / "runs").mkdir()  # a real runs/ directory of the image is left alone
+    subprocess.run(["bash", "-c", "set -euo pipefail\n" + block], cwd=checkout, check=True)
+    assert not (checkout / "runs").is_symlink()

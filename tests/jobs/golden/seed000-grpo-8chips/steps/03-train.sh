@@ -34,6 +34,20 @@ for lib in "/usr/lib/$(uname -m)-linux-gnu/libjemalloc.so.2" /usr/lib64/libjemal
   if [ -f "$lib" ]; then export LD_PRELOAD="$lib${LD_PRELOAD:+ $LD_PRELOAD}"; break; fi
 done
 
+# As MindSpeed-RL's examples/grpo/grpo_trainer_qwen25_7b.sh: Ray and the workers hold many files open.
+if ! ulimit -n 32768 2>/dev/null; then
+  ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+  echo "[provision-job] note: open files limited to $(ulimit -n) (ulimit -n 32768 refused)" >&2
+fi
+# TensorBoard: MindSpeed-RL's trainer opens SummaryWriter() without a log_dir (mindspeed_rl/trainer/base.py),
+# so it writes runs/<time>_<host> in its Ray worker's working directory, the one ray start ran in (here, the
+# checkout, on whichever node runs it): runs/ there is a link to <output>/tensorboard, kept with the job.
+tensorboard=/output/qwen25-7b-grpo/tensorboard
+mkdir -p "$tensorboard"
+if [ -L runs ] || [ ! -e runs ]; then
+  ln -sfn "$tensorboard" runs 2>/dev/null || echo "[provision-job] note: no runs link in $PWD: TensorBoard events stay in the container" >&2
+fi
+
 cluster_npus() {
   python - <<'PY' 2>/dev/null
 import ray

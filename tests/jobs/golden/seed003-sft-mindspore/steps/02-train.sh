@@ -47,14 +47,21 @@ epochs=$(( (samples + records - 1) / records ))
 while [ $(( 2000 % epochs )) -ne 0 ]; do epochs=$((epochs + 1)); done
 per_epoch=$(( samples / epochs ))
 echo "[provision-job] $records records: $epochs epoch(s) of $per_epoch samples (2000 steps x 64)"
-touch "$logs/worker_0.log"
-tail -n 0 -F "$logs/worker_0.log" &
+# msrun names each worker's log by its global rank (node_rank x local_worker_num + index): this node's first.
+local_workers="${NPROC_PER_NODE:-4}"
+first_log="$logs/worker_$((NODE_RANK * local_workers)).log"
+touch "$first_log"
+tail -n 0 -F "$first_log" &
 tailer=$!
 trap 'kill "$tailer" 2>/dev/null || true' EXIT
+# As MindFormers' scripts/msrun_launcher.sh: no per-user process limit (every worker starts many threads),
+# each worker bound to its share of the CPU cores.
+ulimit -u unlimited 2>/dev/null || echo "[provision-job] note: could not lift the process limit (ulimit -u: $(ulimit -u))" >&2
 set +e
 msrun \
+    --bind_core=True \
     --worker_num=4 \
-    --local_worker_num="${NPROC_PER_NODE:-4}" \
+    --local_worker_num="$local_workers" \
     --master_addr="${MASTER_ADDR:-127.0.0.1}" \
     --master_port="${MASTER_PORT:-8118}" \
     --node_rank="$NODE_RANK" \
