@@ -329,3 +329,94 @@ def test_grpo_raises_the_open_file_limit_and_keeps_tensorboard_under_the_output(
     (checkout / "runs").mkdir()  # a real runs/ directory of the image is left alone
     subprocess.run(["bash", "-c", "set -euo pipefail\n" + block], cwd=checkout, check=True)
     assert not (checkout / "runs").is_symlink()
+
+
+# -- MindSpeed-RL's own config classes and validator --------------------------------------------------------
+
+RL_CHECKOUT = FIXTURES / "mindspeed-rl-2.0.0" / "mindspeed_rl"
+
+
+@pytest.fixture
+def mindspeed_rl_config_cls(monkeypatch):
+    """mindspeed_rl.config_cls from the fixture checkout (62e9928a, byte for byte), imported without the
+    package __init__ files (they import torch, Ray and the datasets); mindspeed_rl.utils, which pulls in the
+    tokenizer, is replaced by its Loggers alone, recording the warnings BaseConfig.update gives for unknown keys."""
+    import importlib
+    import types
+
+    warnings: list[str] = []
+
+    class Loggers:
+        def __init__(self, name):
+            self.name = name
+
+        def warning(self, msg, *a, **k):
+            warnings.append(str(msg))
+
+        info = debug = error = warning
+
+    pkg = types.ModuleType("mindspeed_rl")
+    pkg.__path__ = [str(RL_CHECKOUT / "mindspeed_rl")]
+    sub = types.ModuleType("mindspeed_rl.config_cls")
+    sub.__path__ = [str(RL_CHECKOUT / "mindspeed_rl" / "config_cls")]
+    utils = types.ModuleType("mindspeed_rl.utils")
+    utils.Loggers = Loggers
+    for name in [n for n in sys.modules if n == "mindspeed_rl" or n.startswith("mindspeed_rl.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "mindspeed_rl", pkg)
+    monkeypatch.setitem(sys.modules, "mindspeed_rl.config_cls", sub)
+    monkeypatch.setitem(sys.modules, "mindspeed_rl.utils", utils)
+    mods = {n: importlib.import_module(f"mindspeed_rl.config_cls.{n}")
+            for n in ("megatron_config", "rl_config", "generate_config", "validate_config")}
+    yield mods, warnings
+    for name in [n for n in sys.modules if n.startswith("mindspeed_rl.config_cls.")]:
+        monkeypatch.delitem(sys.modules, name, raising=False)
+
+
+class _Node(dict):
+    """A mapping read by key or by attribute, as hydra's DictConfig sections are (train_grpo.py passes them on)."""
+
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def _nodes(value):
+    if isinstance(value, dict):
+        return _Node({k: _nodes(v) for k, v in value.items()})
+    return [_nodes(v) for v in value] if isinstance(value, list) else value
+
+
+@pytest.mark.parametrize("example", ["seed000-grpo-qwen25-7b.yaml", "seed000-grpo-qwen25-7b-2nodes.yaml"])
+def test_grpo_config_passes_mindspeed_rls_own_config_classes_and_validator(example, shipped, stacks, sft_job,
+                                                                           mindspeed_rl_config_cls):
+    """The rendered configs as cli/train_grpo.py @ 62e9928a reads them (parse_training_config: MegatronConfig of
+    megatron_training + actor_config with the model group, RLConfig, GenerateConfig, then validate_rl_args): every
+    key is one the config classes know (BaseConfig.update warns on any other and drops it), the reference's
+    integrated_mode_config included, and the validator accepts the whole."""
+    from tests.jobs.conftest import EXAMPLES
+
+    mods, warnings = mindspeed_rl_config_cls
+    nnodes = 2 if "2nodes" in example else 1
+    p = build(shipped, sft_job((EXAMPLES / example).read_text()), stacks["rl"], chips=8, nnodes=nnodes)
+    config = yaml.safe_load(p.files["configs/grpo.yaml"])
+    config["model"] = yaml.safe_load(p.files["configs/model/job_model.yaml"])  # hydra's `defaults: model`
+    config = _nodes(config)
+    actor = mods["megatron_config"].MegatronConfig({**config["megatron_training"], **config["actor_config"]},
+                                                   config["model"])
+    rl = mods["rl_config"].RLConfig(config["rl_config"])
+    generate = mods["generate_config"].GenerateConfig(config["generate_config"])
+    # RLConfig reads mini_batch_size from the dict itself after update(), which warns first (as for upstream's
+    # own configs): a key is unknown when no class knows it and none reads it from config_dict
+    read_itself = set(re.findall(r"config_dict\.get\('(\w+)'", (RL_CHECKOUT / "mindspeed_rl" / "config_cls"
+                                                                   / "rl_config.py").read_text()))
+    unknown = {m.group(1) for w in warnings if (m := re.match(r"The key: (\w+) is missing", w))} - read_itself
+    assert read_itself and unknown == set() and all(w.startswith("The key: ") for w in warnings), warnings
+    assert rl.use_integrated_worker and rl.integrated_mode_config == {"ref_model_load_path": p.paths["weights"]}
+    # integrated_worker.py initialize reads it so
+    assert getattr(rl.integrated_mode_config, "ref_model_load_path", None) == p.paths["weights"]
+    warnings.clear()
+    mods["validate_config"].validate_rl_args(actor, actor, actor, rl, generate)  # raises ValueError on a bad rule
+    assert warnings == []
