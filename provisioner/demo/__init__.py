@@ -4,7 +4,7 @@ Each step prints the command a user would type and runs it through the same
 CLI entry point. Refusals (exit code 2) are expected for the field reports:
 they show what is wrong with each and the corrected stack. Then the 300T-A2
 image is built, and launched on a simulated 2-chip host: the collective smoke
-test and a short run of the bundled trainer.
+test, a short run of the bundled trainer and GRPO on a learnable toy reward.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ JOB_DIR = Path("out") / "demo-job"
 
 
 def main() -> int:
-    from provisioner.demo.job import prepare_job
+    from provisioner.demo.job import prepare_grpo, prepare_job
 
     resolve_steps()
     image = image_steps()
     train_args = prepare_job(JOB_DIR)
-    launch_steps(image, train_args, job_dir=JOB_DIR)
+    launch_steps(image, train_args, job_dir=JOB_DIR, grpo_args=prepare_grpo(JOB_DIR))
     print("\ndemo: done")
     return 0

@@ -52,12 +52,14 @@ def _image_facts(image: str) -> tuple[dict | None, str | None]:
     return label_stack(labels, image)[0], missing
 
 
-def launch_steps(image: str, train_args: list[str] | None = None, job_dir: Path | None = None) -> None:
+def launch_steps(image: str, train_args: list[str] | None = None, job_dir: Path | None = None,
+                 grpo_args: list[str] | None = None) -> None:
     """Launch `image` on a simulated 2-chip Atlas 300T A2 host (fake device nodes, CPU workers):
     the collective smoke test, then a short run of the bundled trainer when the image has it.
 
     `train_args` are the trainer's arguments for that short run (after `--`); `job_dir`
-    is mounted read-write at /job (model, data, config and outputs).
+    is mounted read-write at /job (model, data, config and outputs); `grpo_args`, when
+    given, run GRPO on the demo's toy reward after it (demo/job.py prepare_grpo).
     """
     title = f"Launch on a simulated {LAUNCH_CHIPS}-chip {LAUNCH_CARD} host"
     if os.geteuid() != 0:
@@ -85,3 +87,10 @@ def launch_steps(image: str, train_args: list[str] | None = None, job_dir: Path 
             from provisioner.demo.job import summarize
 
             print(summarize(job_dir), flush=True)
+        if grpo_args:
+            step(f"{title}: GRPO of a tiny Qwen2 on a learnable toy reward (1 for a plain-ASCII completion)",
+                 base + mounts + ["--", *grpo_args])
+            if job_dir:
+                from provisioner.demo.job import summarize_grpo
+
+                print(summarize_grpo(job_dir), flush=True)

@@ -62,11 +62,12 @@ def test_the_demo_host_without_root_plans_the_same(tmp_path, shipped):
 @pytest.mark.docker
 @pytest.mark.slow
 def test_demo_launch_runs_the_check_and_a_real_short_training(launch_image, docker_client, tmp_path, capfd):
-    from provisioner.demo.job import prepare_job
+    from provisioner.demo.job import prepare_grpo, prepare_job
 
     job = tmp_path / "job"
     args = prepare_job(job)
-    demo.launch_steps(launch_image, args, job_dir=job)
+    # and 4 steps of the demo's GRPO job in the same image (TRL, datasets, math-verify from the image's lock)
+    demo.launch_steps(launch_image, args, job_dir=job, grpo_args=[*prepare_grpo(job), "max_steps=4"])
     out, err = capfd.readouterr()
     assert "--check-only" in out and "[rank0]:all_reduce: 2 ranks (2 per node), backend gloo on cpu" in out
     assert "check ok: all_reduce across 2 ranks (gloo on cpu)" in err
@@ -78,5 +79,11 @@ def test_demo_launch_runs_the_check_and_a_real_short_training(launch_image, dock
     assert (job / "out" / "loss_curve.png").is_file(), out + err
     assert sorted(p.name for p in (job / "out" / "checkpoints").iterdir())[-1] == "step-00000012"
     assert "loss " in out and "checkpoints: " in out
+    grpo = [json.loads(x) for x in (job / "grpo-out" / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    assert [r["step"] for r in grpo] == [1, 2, 3, 4], grpo
+    assert all(r["reward_mean"] is None or 0 <= r["reward_mean"] <= 1 for r in grpo)
+    assert sum(r["reward_mean"] is not None for r in grpo) == 2  # num_iterations 2: a generation every other step
+    assert "-m provisioner.train --config /job/grpo.yaml --json max_steps=4" in err and "GRPO reward " in out
+    assert (job / "grpo-out" / "loss_curve.png").is_file() and (job / "grpo-out" / "final" / "config.json").is_file()
     for run_id in re.findall(r"provision launch: run ([0-9a-f]{12}) finished: exit 0", err):
         assert not launch_containers(docker_client, run_id)

@@ -14,15 +14,8 @@ from tests.train.conftest import build_tiny_model, write_config
 pytestmark = pytest.mark.slow
 pytest.importorskip("trl")
 
-# A reward the tiny model can learn in a few dozen steps: the share of ASCII letters in the completion.
-# A random model with a peaked output distribution (large init) repeats a few tokens per context, so
-# the groups carry signal from the first step.
-REWARD = """
-def ascii_letters(prompts, completions, **kwargs):
-    return [sum(ch.isascii() and ch.isalpha() for ch in c) / max(1, len(c)) for c in completions]
-"""
-
-
+# A random model with a peaked output distribution (large init) repeats a few tokens per context, so the
+# groups carry signal from the first step (the demo's GRPO job builds the same model).
 @pytest.fixture(scope="module")
 def peaked_model(tmp_path_factory, tokenizer):
     return build_tiny_model(tmp_path_factory.mktemp("peaked-qwen2"), tokenizer, seed=0, init_range=1.0)
@@ -47,50 +40,32 @@ def run(capsys, cfg) -> dict:
 
 
 def test_grpo_raises_a_learnable_reward_with_kl_and_clipping(tmp_path, capsys, peaked_model):
-    reward = tmp_path / "letters.py"
-    reward.write_text(REWARD)
-    cfg = write_config(
-        tmp_path / "cfg.yaml",
-        model=str(peaked_model),
-        data=str(prompts(tmp_path / "prompts.jsonl")),
-        output_dir=str(tmp_path / "out"),
-        method="grpo",
-        max_steps=24,
-        learning_rate=5e-3,
-        micro_batch_size=16,  # completions per micro-batch: 2 prompts x 8
-        save_steps=12,
-        seed=0,
-        system_prompt="",
-        grpo=dict(
-            tuning="full",
-            num_generations=8,
-            max_completion_len=4,
-            max_prompt_len=64,
-            beta=0.02,  # a reference model and the KL term
-            num_iterations=2,  # the second pass over each batch is off-policy: the clip can bite
-            rewards=[f"{reward}:ascii_letters", "format"],
-            reward_weights=[1.0, 0.0],
-        ),
-    )
+    """The demo's GRPO job (provisioner/demo/job.py prepare_grpo): the toy reward rises clearly."""
+    from provisioner.demo.job import prepare_grpo
+
+    args = prepare_grpo(tmp_path, root=str(tmp_path), model=peaked_model)
+    cfg = args[1]
+    key = f"{tmp_path}/toy_reward.py:ascii_only"
     summary = run(capsys, cfg)
     assert summary["method"] == "grpo" and summary["tuning"] == "full" and summary["steps"] == 24
     assert summary["rollout"] == "generate" and summary["device_type"] == "cpu"
-    rows = read_metrics(tmp_path / "out" / "metrics.jsonl")
+    rows = read_metrics(tmp_path / "grpo-out" / "metrics.jsonl")
     assert [r["step"] for r in rows] == list(range(1, 25))
     sampled = [r for r in rows if r["reward_mean"] is not None]  # generation steps (every other step)
     assert len(sampled) == 12
     first = sum(r["reward_mean"] for r in sampled[:3]) / 3
     last = sum(r["reward_mean"] for r in sampled[-3:]) / 3
-    assert last > first + 0.05, [round(r["reward_mean"], 3) for r in sampled]
-    key = f"{reward}:ascii_letters"
+    curve = [round(r["reward_mean"], 3) for r in sampled]
+    print("reward per generation step:", curve)
+    assert last > first + 0.3 and last > 0.75, curve  # about 0.25 -> 1.0
     assert all(r["rewards"][key] == pytest.approx(r["reward_mean"], abs=1e-6) for r in sampled)
     assert all(r["rewards"]["format"] == 0.0 for r in sampled)
-    assert all(r["completion_length"] == 4.0 and r["reward_std"] >= 0 for r in sampled)
+    assert all(1.0 <= r["completion_length"] <= 4.0 and r["reward_std"] >= 0 for r in sampled)
     assert all(r["tokens"] > 0 and r["tokens_per_s"] > 0 for r in sampled)
     assert all(r["kl"] is not None and r["kl"] >= 0 for r in rows) and max(r["kl"] for r in rows) > 0
     assert all(r["clip_ratio"] is not None and 0 <= r["clip_ratio"] <= 1 for r in rows)
     assert summary["reward_last"] == sampled[-1]["reward_mean"]
-    out = tmp_path / "out"
+    out = tmp_path / "grpo-out"
     import matplotlib.image
 
     height, width = matplotlib.image.imread(str(out / "loss_curve.png")).shape[:2]
