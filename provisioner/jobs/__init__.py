@@ -5,6 +5,7 @@
     catalog   job kinds, frameworks, model types and data formats from matrices/jobs.yaml; which stack
               carries which framework
     memory    the per-chip memory estimate a job is checked against the card's HBM
+    disk      what a job writes under its output (checkpoints kept, weights, export) and whether it fits
     plan      everything validated together -> JobPlan (paths, steps, rendered scripts and configs)
     render    the JobPlan's files from templates/jobs/ (the shq / json / num filters, the template context,
               the Ray ports)
