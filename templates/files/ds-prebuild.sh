@@ -5,6 +5,11 @@
 #
 #   ds-prebuild.sh REQUIREMENTS_FILE OP [OP ...]      e.g. ds-prebuild.sh requirements/deepspeed.txt cpu_adam
 #
+# An OP is the suffix of the builder's DS_BUILD_<OP> switch (cpu_adam: DS_BUILD_CPU_ADAM, shm_comm:
+# DS_BUILD_SHM_COMM). An OP the accelerator's DeepSpeed op builders do not have is skipped with a line saying so
+# (shm_comm, the CPU accelerator's shared-memory collectives, which deepspeed/comm/torch.py build_shm_op loads
+# in every TorchBackend on the CPU, has no builder on the NPU); one that is built must then be installed.
+#
 # The accelerator is the one DeepSpeed will detect at run time: Ascend NPU (DS_ACCELERATOR=npu) where the base
 # image has a CANN toolkit, else CPU. No driver is mounted during a build, so the NPU build links against the
 # toolkit's stub libraries (<toolkit>/<arch>-linux/devlib, as vllm-ascend's wheel builds do). DeepSpeed loads a
@@ -25,13 +30,40 @@ if [ "$PROVISION_CANN_ENV" != absent ]; then
 else
     accelerator=cpu
 fi
+# Which OPs this accelerator has a builder for, as "OP NAME" lines (NAME: the key of installed_ops), read from the
+# installed DeepSpeed (the deps stage installed it without ops) as its setup.py reads them (op_builder/all_ops.py).
+builders=$(env "DS_ACCELERATOR=$accelerator" TORCH_DEVICE_BACKEND_AUTOLOAD=0 python - "$accelerator" "$@" <<'EOF'
+import sys
+
+from deepspeed.ops.op_builder.all_ops import ALL_OPS
+
+accelerator, ops = sys.argv[1], sys.argv[2:]
+names = {getattr(b, "BUILD_VAR", ""): name for name, b in ALL_OPS.items()}
+for op in ops:
+    name = names.get(f"DS_BUILD_{op.upper()}")
+    if name is None:
+        print(f"ds-prebuild: {op}: DeepSpeed's {accelerator} accelerator has no builder for it; not built",
+              file=sys.stderr)
+    else:
+        print(op, name)
+EOF
+)
 flags=(DS_BUILD_OPS=0 "DS_ACCELERATOR=$accelerator" TORCH_DEVICE_BACKEND_AUTOLOAD=0)
-for op in "$@"; do
+ops=()
+names=()
+while read -r op name; do
+    [ -n "$op" ] || continue
     flags+=("DS_BUILD_${op^^}=1")
-done
-echo "ds-prebuild: building ${*} for accelerator $accelerator (${line})"
+    ops+=("$op")
+    names+=("$name")
+done <<< "$builders"
+if [ ${#ops[@]} -eq 0 ]; then
+    echo "ds-prebuild: none of ${*} applies to accelerator $accelerator"
+    exit 0
+fi
+echo "ds-prebuild: building ${ops[*]} for accelerator $accelerator (${line})"
 env "${flags[@]}" pip install --no-cache-dir --no-deps --no-build-isolation --force-reinstall "$line"
-env "DS_ACCELERATOR=$accelerator" TORCH_DEVICE_BACKEND_AUTOLOAD=0 python - "$accelerator" "$@" <<'EOF'
+env "DS_ACCELERATOR=$accelerator" TORCH_DEVICE_BACKEND_AUTOLOAD=0 python - "$accelerator" "${names[@]}" <<'EOF'
 import sys
 
 from deepspeed.git_version_info import accelerator_name, installed_ops

@@ -47,8 +47,12 @@ opt = DeepSpeedCPUAdam([p], lr=0.1)
 p.grad = torch.ones(8)
 opt.step()
 print(json.dumps({"accelerator": accelerator_name, "cpu_adam": installed_ops.get("cpu_adam"),
-                  "stepped": float(p.detach()[0]) < 1.0}))
+                  "shm_comm": installed_ops.get("deepspeed_shm_comm"), "stepped": float(p.detach()[0]) < 1.0}))
 """
+# A CPU rehearsal of ZeRO-2 (CPU Adam offload) over two workers, through the self-test's train-steps, which
+# runs the trainer's DeepSpeed engine: every DeepSpeed TorchBackend on the CPU loads deepspeed_shm_comm.
+ZERO2 = ("python -m torch.distributed.run --standalone --nproc-per-node 2 -m provisioner.train.selftest --json"
+         " strategy=zero2 method=full")
 
 
 # A second pytorch-recipe build (--with deepspeed): the `full` tier (make test-all); the Dockerfile's op
@@ -56,7 +60,8 @@ print(json.dumps({"accelerator": accelerator_name, "cpu_adam": installed_ops.get
 @pytest.mark.full
 def test_deepspeed_cpu_adam_is_prebuilt(docker_client, base_image, wheelhouse, run_in_image):
     """Built for the CPU accelerator on this CANN-less base; the final image has no compiler, so a JIT build
-    at run time could not even start: the step works only with the pre-built op."""
+    at run time could not even start: the step works only with the pre-built op. ZeRO-2 on the CPU needs
+    deepspeed_shm_comm too (before, the image had only cpu_adam and the rehearsal failed at its JIT build)."""
     tag = f"provision-test/npu-deepspeed-{uuid.uuid4().hex[:10]}:1"
     proc = provision(*build_args(base_image, wheelhouse, "--with", "deepspeed", "--tag", tag))
     assert proc.returncode == 0, proc.stderr[-6000:]
@@ -65,6 +70,11 @@ def test_deepspeed_cpu_adam_is_prebuilt(docker_client, base_image, wheelhouse, r
         assert out.strip() == "no-compiler"
         code, out, err = run_in_image(tag, ["python", "-c", CPU_ADAM], env={"DS_ACCELERATOR": "cpu"})
         assert code == 0, err[-3000:]
-        assert json.loads(out.strip().splitlines()[-1]) == {"accelerator": "cpu", "cpu_adam": True, "stepped": True}
+        assert json.loads(out.strip().splitlines()[-1]) == {"accelerator": "cpu", "cpu_adam": True, "shm_comm": True,
+                                                            "stepped": True}
+        code, out, err = run_in_image(tag, ["bash", "-c", ZERO2], env={"DS_ACCELERATOR": "cpu"})
+        assert code == 0, (out + err)[-4000:]
+        steps = {c["id"]: c for c in json.loads(out.strip().splitlines()[-1])["checks"]}["train-steps"]
+        assert steps["status"] == "ok" and steps["detail"].startswith("full, fp32, zero2, "), steps
     finally:
         docker_client.images.remove(tag, force=True)
