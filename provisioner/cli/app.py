@@ -27,6 +27,7 @@ COMMANDS = {
     "explain": "explain_cmds",
     "launch": "launch_cmds",
     "matrix": "matrix_cmds", "resolve": "matrix_cmds",
+    "preflight": "preflight_cmds",
     "selftest": "selftest_cmds",
     "diff": "upgrade_cmds", "upgrade": "upgrade_cmds",
 }

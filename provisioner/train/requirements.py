@@ -126,11 +126,6 @@ def missing_library(cfg: Any) -> str | None:
         trl_problem = trl_settings.problem(cfg.grpo)  # its version against the settings (trl_settings.yaml)
         if trl_problem:
             return trl_problem
-        from provisioner.train import trl_settings
-
-        trl_problem = trl_settings.problem(cfg.grpo)  # its version against the settings (trl_settings.yaml)
-        if trl_problem:
-            return trl_problem
         if "math" in cfg.grpo.rewards and not installed("math_verify"):
             return (
                 "config: grpo.rewards: math needs the math-verify package, which is not installed "
