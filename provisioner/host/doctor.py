@@ -231,7 +231,7 @@ def _family(ctx: DoctorContext) -> str | None:
     family = (ctx.stack.get("chip") or {}).get("family") if isinstance(ctx.stack.get("chip"), dict) else None
     name = (ctx.torch.get("npu") or {}).get("name")
     if not family and name and ctx.matrix is not None:
-        from provisioner.host.npusmi import classify
+        from provisioner.npusmi import classify
 
         family = classify(name, None, ctx.matrix.rows("chips"))["family"]
     return family if isinstance(family, str) else None

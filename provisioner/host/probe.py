@@ -22,8 +22,9 @@ import subprocess
 import time
 from pathlib import Path
 
+from provisioner import npusmi
 from provisioner.arch import normalize as normalize_arch
-from provisioner.host import hostfs, npusmi
+from provisioner.host import hostfs
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -14,7 +14,8 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from provisioner.host import hostfs, npusmi
+from provisioner import npusmi
+from provisioner.host import hostfs
 from provisioner.host.probe import run_command
 from provisioner.preflight import parse
 

@@ -125,7 +125,7 @@ def _npu_smi_held() -> tuple[float, str] | None:
         proc = subprocess.run([exe, "info"], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
-    from provisioner.host.npusmi import parse_info
+    from provisioner.npusmi import parse_info
 
     chips = parse_info(proc.stdout if proc.returncode == 0 else "").get("chips", [])
     used = [c["hbm_used_mb"] for c in chips if isinstance(c.get("hbm_used_mb"), int)]

@@ -157,7 +157,7 @@ def vllm_rollout(cfg: Any, device_type: str) -> tuple[bool, str]:
     the reason. ``rollout: vllm`` where it cannot run raises ConfigError naming the way forward: no device,
     not installed, a vLLM outside TRL's range, or FSDP2 with offload on an NPU (TRL moves offloaded
     parameters to "cuda" when it syncs them into vLLM)."""
-    from provisioner.train.config import ConfigError
+    from provisioner.train.errors import ConfigError
 
     g = cfg.grpo
     if cfg.method != "grpo" or g.rollout == "hf":

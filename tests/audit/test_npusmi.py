@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from provisioner.host import npusmi
+from provisioner import npusmi
 
 SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "npu-smi"
 REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference" / "samples"

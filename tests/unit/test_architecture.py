@@ -13,7 +13,7 @@ import pytest
 from tests.helpers import imports
 
 # The layers, bottom up: a package may import its own modules and those of packages on a lower layer,
-# never one on its own layer or above. "" is the base (the package's top-level modules: errors, paths,
+# never one on its own layer or above. "" is the base (the package's top-level modules: errors, paths, npusmi,
 # arch, chipids, text, shapes). A new package must be given its place here (and in docs/architecture.md).
 LAYERS = {
     "": 0,
