@@ -14,6 +14,7 @@ and returns the normalised value or raises ValueError with one line saying what 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 
 from provisioner import validate
 from provisioner.arch import ARCHES
@@ -365,3 +366,19 @@ records = _records
 opt = _optional
 list_of = _list
 enum = _enum
+
+
+@dataclass(frozen=True)
+class Section:
+    """One matrix section: its key field, required and optional fields, and what it holds."""
+
+    key: str
+    required: dict
+    optional: dict = field(default_factory=dict)
+    doc: str = ""
+
+    def allowed(self) -> list[str]:
+        return sorted({*self.required, *self.optional, "source", "notes", "remove"})
+
+
+NOTES = {"notes": opt(TEXT), "note": opt(TEXT)}
