@@ -106,8 +106,12 @@ start_pruner() {
     pruner=$!
   fi
 }
+# Wait only for a pruner the kill reached: after a SIGTERM to the step's group it may be gone already, and bash's
+# `wait` for a pid it has reaped then waits on the process substitution (tee) that holds this script's output,
+# which waits on this script: the step never ends.
 stop_pruner() {
-  if [ -n "$pruner" ]; then kill "$pruner" 2>/dev/null || true; wait "$pruner" 2>/dev/null || true; pruner=""; fi
+  if [ -n "$pruner" ] && kill "$pruner" 2>/dev/null; then wait "$pruner" 2>/dev/null || true; fi
+  pruner=""
 }
 trap stop_pruner EXIT
 started=0
