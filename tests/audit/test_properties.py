@@ -7,7 +7,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from provisioner.host import audit, npusmi
+from provisioner import npusmi
+from provisioner.host import audit
 from provisioner.host import probe as host
 
 SAMPLES = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "npu-smi").glob("*.txt"))
