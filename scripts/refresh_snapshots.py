@@ -117,29 +117,6 @@ def cmd_images(args) -> None:
     })
 
 
-def cmd_sources(args) -> None:
-    m = loader.load(use_cache=False)
-    refs = {r["id"]: r["ref"] for r in m.rows("sources")}
-    path = snapshot.snapshot_path("source-extracts.json")
-    try:
-        current = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        current = {"schema": "provision.source-extracts/1", "sources": {}}
-    for item in args.items:
-        ident, _, file = item.partition("=")
-        if ident not in refs or not file:
-            sys.exit(f"{item}: expected ID=PATH with an id from matrices/sources.yaml")
-        m_commit = re.search(r"@ ?([0-9a-f]{7,40})", refs[ident])
-        if not m_commit:
-            sys.exit(f"{ident}: its ref names no commit ('@ <commit>'): {refs[ident]}")
-        sha, day = _commit(args.git_dir, m_commit.group(1))
-        tables = snapshot.extract_tables(git(args.git_dir, "show", f"{sha}:{file}"))
-        current["sources"][ident] = {"read": f"{file} @ {sha[:12]} ({day})", **tables}
-        print(f"{ident}: {len(tables['pairs'])} pairings, {len(tables['python'])} Python ranges")
-    current["updated"] = datetime.date.today().isoformat()
-    dump(path, current)
-
-
 def _load(name: str, schema: str) -> dict:
     path = snapshot.snapshot_path(name)
     try:
@@ -148,25 +125,43 @@ def _load(name: str, schema: str) -> dict:
         return {"schema": schema, "sources": {}}
 
 
-def cmd_hdk(args) -> None:
-    m = loader.load(use_cache=False)
-    refs = {r["id"]: r["ref"] for r in m.rows("sources")}
-    current = _load("source-extracts.json", "provision.source-extracts/1")
-    merged: dict = {}
-    for item in args.items:
+def _cited_items(items: list[str]) -> list[tuple[str, str, str]]:
+    """(source id, PATH, the commit its ref names) for each ID=PATH argument; exits on one that is not."""
+    refs = {r["id"]: r["ref"] for r in loader.load(use_cache=False).rows("sources")}
+    out = []
+    for item in items:
         ident, _, file = item.partition("=")
         if ident not in refs or not file:
             sys.exit(f"{item}: expected ID=PATH with an id from matrices/sources.yaml")
         m_commit = re.search(r"@ ?([0-9a-f]{7,40})", refs[ident])
         if not m_commit:
             sys.exit(f"{ident}: its ref names no commit ('@ <commit>'): {refs[ident]}")
+        out.append((ident, file, m_commit.group(1)))
+    return out
+
+
+def cmd_sources(args) -> None:
+    current = _load("source-extracts.json", "provision.source-extracts/1")
+    for ident, file, commit in _cited_items(args.items):
+        sha, day = _commit(args.git_dir, commit)
+        tables = snapshot.extract_tables(git(args.git_dir, "show", f"{sha}:{file}"))
+        current["sources"][ident] = {"read": f"{file} @ {sha[:12]} ({day})", **tables}
+        print(f"{ident}: {len(tables['pairs'])} pairings, {len(tables['python'])} Python ranges")
+    current["updated"] = datetime.date.today().isoformat()
+    dump(snapshot.snapshot_path("source-extracts.json"), current)
+
+
+def cmd_hdk(args) -> None:
+    current = _load("source-extracts.json", "provision.source-extracts/1")
+    merged: dict = {}
+    for ident, file, commit in _cited_items(args.items):
         if args.text:
             file, _, local = file.partition("=")
             if not local:
-                sys.exit(f"{item}: with --text, expected ID=PATH=LOCAL_COPY")
-            text, where = Path(local).read_text(encoding="utf-8"), f"{file} @ {m_commit.group(1)[:12]} (a copy)"
+                sys.exit(f"{ident}={file}: with --text, expected ID=PATH=LOCAL_COPY")
+            text, where = Path(local).read_text(encoding="utf-8"), f"{file} @ {commit[:12]} (a copy)"
         else:
-            sha, day = _commit(args.git_dir, m_commit.group(1))
+            sha, day = _commit(args.git_dir, commit)
             text, where = git(args.git_dir, "show", f"{sha}:{file}"), f"{file} @ {sha[:12]} ({day})"
         tables = snapshot.extract_hdk(text)
         if not tables["paired"] and not tables["compatible"]:
