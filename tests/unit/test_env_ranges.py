@@ -127,3 +127,28 @@ def test_the_other_rows_corrected_against_the_reference(m):
     # HCCL_IF_BASE_PORT: [1024, 65520] (CANN 8.0 / 9.0 envref_07_0074), was [1024, 65535]
     assert [i.message for i in launchvars.check(m, {"HCCL_IF_BASE_PORT": "65530"})] == \
         ["HCCL_IF_BASE_PORT=65530: outside [1024, 65520]"]
+
+
+def test_the_second_audit_rows_corrected_against_the_reference(m):
+    """issue 26.2, the rows not checked before (matrices/snapshots/env-reference.json records each page read)."""
+    def msgs(env, family=None):
+        return [i.message for i in launchvars.check(m, env, family)]
+
+    # HCCL_MULTI_QP_THRESHOLD: [1, 8192] KB, default 512 (CANN 9.0 hcclenvref_07_0016); was [0, unbounded)
+    assert msgs({"HCCL_MULTI_QP_THRESHOLD": "0"}) == ["HCCL_MULTI_QP_THRESHOLD=0: outside [1, 8192]"]
+    assert msgs({"HCCL_MULTI_QP_THRESHOLD": "9000"}) != [] and msgs({"HCCL_MULTI_QP_THRESHOLD": "512"}) == []
+    # HCCL_RDMA_QPS_PER_CONNECTION: [1, 32], default 1 (CANN 8.5 envref_07_0094); was unbounded above
+    assert msgs({"HCCL_RDMA_QPS_PER_CONNECTION": "33"}) == ["HCCL_RDMA_QPS_PER_CONNECTION=33: outside [1, 32]"]
+    # HCCL_DETERMINISTIC: strict (CANN 8.2.RC1 on, 9.0 envref_07_0099) was refused; default false
+    assert msgs({"HCCL_DETERMINISTIC": "strict"}) == [] and launchvars.rules(m)["HCCL_DETERMINISTIC"]["default"] == "false"
+    # HCCL_RDMA_PCIE_DIRECT_POST_NOSTRICT: TRUE or FALSE (CANN 8.5 envref_07_0150); any text passed before
+    assert msgs({"HCCL_RDMA_PCIE_DIRECT_POST_NOSTRICT": "TRUE"}) == []
+    assert msgs({"HCCL_RDMA_PCIE_DIRECT_POST_NOSTRICT": "yes"}) == [
+        "HCCL_RDMA_PCIE_DIRECT_POST_NOSTRICT=yes: expected one of TRUE, FALSE"]
+    defaults = {n: r.get("default") for n, r in launchvars.rules(m).items()}
+    assert {k: defaults[k] for k in ("HCCL_RDMA_TC", "HCCL_RDMA_SL", "HCCL_INTRA_PCIE_ENABLE", "HCCL_INTER_HCCS_DISABLE",
+                                     "HCCL_SOCKET_FAMILY", "HCCL_DIAGNOSE_ENABLE", "HCCL_ENTRY_LOG_ENABLE",
+                                     "TASK_QUEUE_ENABLE")} == {
+        "HCCL_RDMA_TC": "132", "HCCL_RDMA_SL": "4", "HCCL_INTRA_PCIE_ENABLE": "1", "HCCL_INTER_HCCS_DISABLE": "FALSE",
+        "HCCL_SOCKET_FAMILY": "AF_INET", "HCCL_DIAGNOSE_ENABLE": "0", "HCCL_ENTRY_LOG_ENABLE": "0",
+        "TASK_QUEUE_ENABLE": "1"}
