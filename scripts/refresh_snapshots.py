@@ -35,6 +35,24 @@
         paths exist (job scripts). Writes matrices/snapshots/framework-names.json
         (other repositories and commits already there stay).
 
+    python scripts/refresh_snapshots.py pins --git-dir DIR --repo OWNER/NAME --file PATH
+            [--kind mindspeed-llm] COMMIT [COMMIT ...]
+        The version table of a framework's release notes (MindSpeed-LLM
+        docs/zh/release_notes_llm.md, "MindSpeed LLM软件版本配套表") at each commit:
+        per release the CANN, torch, torch_npu, Python and package (triton-ascend)
+        versions. `matrix verify` holds the framework sets of that kind and their
+        locks to them. Writes matrices/snapshots/release-pins.json (other commits stay).
+
+    python scripts/refresh_snapshots.py env NAME URL COPY [--read TEXT] [--families F,F --after TEXT]
+        One launch variable's CANN environment-variable reference page: URL is the page
+        (its version is in the path, e.g. canncommercial/850), COPY a local copy of it
+        (HTML or markdown). The range, default and the sentence stating them are read
+        from COPY (after the first TEXT with --after, for the bounds of --families only);
+        a choice variable's values are kept from the entry already there (check them by
+        hand). Writes that variable's entry of matrices/snapshots/env-reference.json.
+    python scripts/refresh_snapshots.py env NAME --unchecked WHY
+        Records that the variable's page was not read (verify reports it unchecked).
+
 Every file is written atomically; review the diff, then run
 `provision matrix verify` and fix the matrix rows it reports. `provision matrix
 verify --all` warns when a snapshot is older than 90 days.
@@ -195,6 +213,58 @@ def cmd_names(args) -> None:
     dump(snapshot.snapshot_path("framework-names.json"), current)
 
 
+def cmd_pins(args) -> None:
+    current = _load("release-pins.json", "provision.release-pins/1")
+    for rev in args.commits:
+        sha, day = _commit(args.git_dir, rev)
+        rows = snapshot.extract_release_pins(git(args.git_dir, "show", f"{sha}:{args.file}"))
+        if not rows:
+            sys.exit(f"{args.repo}@{sha[:12]}: {args.file} has no release version table")
+        current["sources"][f"{args.repo}@{sha[:12]}"] = {
+            "read": f"github {args.repo} @ {sha[:12]} ({day}): {args.file}", "kind": args.kind, "rows": rows}
+        print(f"{args.repo}@{sha[:12]}: {len(rows)} releases ({', '.join(rows)})")
+    current["updated"] = datetime.date.today().isoformat()
+    dump(snapshot.snapshot_path("release-pins.json"), current)
+
+
+def cmd_env(args) -> None:
+    current = _load("env-reference.json", "provision.env-reference/1")
+    names = {r["name"]: r for r in loader.load(use_cache=False).rows("audit_env")}
+    if args.name not in names:
+        sys.exit(f"{args.name}: not an audit_env row of matrices/audit.yaml")
+    variables = current.setdefault("variables", {})
+    if args.unchecked:
+        variables[args.name] = {"page": None, "unchecked": args.unchecked}
+    else:
+        if not (args.url and args.copy):
+            sys.exit("give URL and COPY (or --unchecked WHY)")
+        text = Path(args.copy).read_text(encoding="utf-8")
+        if args.after:
+            at = text.find(args.after)
+            if at < 0:
+                sys.exit(f"{args.copy}: no {args.after!r}")
+            text = text[at:]
+        found = snapshot.extract_env(text)
+        if not found:
+            sys.exit(f"{args.copy}: no range or default found; record it by hand")
+        m = re.search(r"/(canncommercial|CANNCommunityEdition)/([0-9A-Za-z]+)/", args.url)
+        read = args.read or (f"{m.group(1)}/{m.group(2)} {Path(args.url).stem}" if m else args.url)
+        entry = dict(variables.get(args.name) or {})
+        entry.pop("unchecked", None)
+        entry.update(page=args.url, read=read, kind=names[args.name]["kind"])
+        if args.families:
+            group = {"families": args.families.split(","), **{k: found[k] for k in ("min", "max", "default", "quote")
+                                                              if k in found}}
+            ranges = [g for g in entry.get("ranges", []) if g["families"] != group["families"]]
+            entry["ranges"] = [*ranges, group]
+        else:
+            entry.update(found)
+        variables[args.name] = entry
+    print(f"{args.name}: {variables[args.name]}")
+    current["updated"] = datetime.date.today().isoformat()
+    dump(snapshot.snapshot_path("env-reference.json"), current)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -223,6 +293,22 @@ def main() -> None:
     p.add_argument("--files", action="append", default=[], metavar="PATH")
     p.add_argument("commits", nargs="+", metavar="COMMIT")
     p.set_defaults(run=cmd_names)
+    p = sub.add_parser("pins")
+    p.add_argument("--git-dir", required=True)
+    p.add_argument("--repo", required=True, help="owner/name, as the matrix cites it")
+    p.add_argument("--file", required=True, metavar="PATH")
+    p.add_argument("--kind", default="mindspeed-llm", help="the llm_bundles kind the table speaks of")
+    p.add_argument("commits", nargs="+", metavar="COMMIT")
+    p.set_defaults(run=cmd_pins)
+    p = sub.add_parser("env")
+    p.add_argument("name")
+    p.add_argument("url", nargs="?")
+    p.add_argument("copy", nargs="?")
+    p.add_argument("--read", help="how to name the page's version (default: from the URL)")
+    p.add_argument("--families", help="comma-separated chip family ids these bounds apply to")
+    p.add_argument("--after", help="read from the first occurrence of this text (a product's paragraph)")
+    p.add_argument("--unchecked", metavar="WHY")
+    p.set_defaults(run=cmd_env)
     args = ap.parse_args()
     args.run(args)
 

@@ -51,7 +51,8 @@ def _read_tags(path: str) -> set[str]:
 @click.option("--image-tags", type=click.Path(dir_okay=False),
               help="The registry's tags (one per line, or `skopeo list-tags` JSON): every image row must be there.")
 @click.option("--all", "show_all", is_flag=True,
-              help="Also list notes (unconfirmed pairings, unused sources) and warn of snapshots over 90 days old.")
+              help="Also list notes (unconfirmed pairings, unused sources), the claims no recorded fact can check"
+                   " (unchecked), and warn of snapshots over 90 days old.")
 @matrix_option
 @json_option
 def verify_cmd(online, image_tags, show_all, overlays, as_json):
@@ -59,7 +60,9 @@ def verify_cmd(online, image_tags, show_all, overlays, as_json):
 
     PyPI presence and Python tags per platform, the torch pin in each
     torch_npu wheel's metadata per architecture, Python ranges, image tags,
-    citations against the tables they cite, source ids, derived pairings.
+    citations against the tables they cite, source ids, derived pairings,
+    driver ranges, job names, launch-variable ranges (CANN env-var reference),
+    framework sets and lock pins against their release notes.
     Offline by default (the recorded snapshot in matrices/snapshots/).
     Exit code 0: no mismatch; 1: mismatches; 2: bad input.
     """
@@ -78,12 +81,12 @@ def verify_cmd(online, image_tags, show_all, overlays, as_json):
     click.echo(f"matrix verify: {report.checked} claims checked against the {where} ({f['index']}),"
                f" the image tag lists and the cited tables; {len(report.mismatches)} mismatches")
     counts = report.counts()
-    click.echo(table([[k, v["ok"], v["mismatch"], v["note"]] for k, v in sorted(counts.items())],
-                     ["check", "ok", "mismatch", "note"]))
+    click.echo(table([[k, v["ok"], v["mismatch"], v["note"], v["unchecked"]] for k, v in sorted(counts.items())],
+                     ["check", "ok", "mismatch", "note", "unchecked"]))
     if show_all:
         for line in report.stale:
             click.echo(f"provision: warning: {line}", err=True)
-    shown = [c for c in report.claims if c.status == "mismatch" or (show_all and c.status == "note")]
+    shown = [c for c in report.claims if c.status == "mismatch" or (show_all and c.status in ("note", "unchecked"))]
     if shown:
         click.echo("")
         click.echo(table([[c.status, c.check, c.subject, c.field, c.claimed, c.found, c.at, c.evidence]

@@ -16,6 +16,14 @@ live equivalents:
 * ``framework-names.json`` - per upstream repository and pinned commit, the
   names a job relies on there: the classes of its data-handler files and the
   paths of the scripts a job runs (read from the repository at that commit).
+* ``env-reference.json`` - per launch variable the matrix knows (``audit_env``),
+  the CANN environment-variable reference page read and what it says: the
+  quoted range and default (per chip family where they differ) or the values;
+  a variable whose page was not read says so (``unchecked`` and why).
+* ``release-pins.json`` - per framework repository and commit, the version
+  table of its release notes (MindSpeed-LLM ``docs/zh/release_notes_llm.md``):
+  per release the CANN, torch, torch_npu, Python and package versions (e.g.
+  triton-ascend) it is paired with.
 
 ``Facts`` holds them in one shape, whether read from the snapshots (offline,
 the default) or from the index through the user's pip settings (``--online``).
@@ -62,6 +70,8 @@ class Facts:
     stats: dict = field(default_factory=dict)
     registry_tags: set | None = None  # a registry's own tag list (verify --image-tags)
     names: dict = field(default_factory=dict)  # "owner/repo@commit" -> {"read", "classes", "files"}
+    env_ref: dict = field(default_factory=dict)  # variable -> {"page", "read", "quote", "kind", ...} or {"unchecked"}
+    release_pins: dict = field(default_factory=dict)  # "owner/repo@commit" -> {"read", "kind", "rows"}
     dates: dict = field(default_factory=dict)  # snapshot file -> the day its facts were read (YYYY-MM-DD)
 
     def releases(self, project: str) -> dict[str, list[Wheel]]:
@@ -129,14 +139,19 @@ def load(online_index=None, progress=None) -> Facts:
     else:
         facts = read_index(online_index, progress=progress)
     names = _read_json("framework-names.json", "framework names")
+    env_ref = _read_json("env-reference.json", "environment-variable reference")
+    pins = _read_json("release-pins.json", "release-note version tables")
     facts.listed_tags = set(images["listed"]["tags"])
     facts.scanned_tags = set(images["scanned"]["tags"])
     facts.image_sources = {k: images[k]["source"] for k in ("listed", "scanned")}
     facts.extracts = extracts.get("sources", {})
     facts.names = names.get("sources", {})
+    facts.env_ref = env_ref.get("variables", {})
+    facts.release_pins = pins.get("sources", {})
     facts.dates = {"pypi.json": facts.taken if facts.origin == "snapshot" else None,
                    "cann-images.json": _day(images["listed"]["source"]),
-                   "source-extracts.json": extracts.get("updated"), "framework-names.json": names.get("updated")}
+                   "source-extracts.json": extracts.get("updated"), "framework-names.json": names.get("updated"),
+                   "env-reference.json": env_ref.get("updated"), "release-pins.json": pins.get("updated")}
     return facts
 
 
@@ -359,3 +374,68 @@ def _plain(cell: str) -> str:
 
     text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", cell)
     return " ".join(re.sub(r"<[^>]+>", " ", text).split())
+
+
+# ------------------------------------------------------- release pins, env reference
+
+# release-notes column header (lower case, spaces removed) -> the key a pin is recorded under
+_PIN_COLUMNS = {"cann版本": "cann", "pytorch版本": "torch", "torchnpu版本": "torch_npu",
+                "ascendextensionforpytorch版本": "torch_npu", "python版本": "python", "triton-ascend版本": "triton-ascend"}
+
+
+def extract_release_pins(markdown: str, first: str = "mindspeed llm版本") -> dict:
+    """The version table of a framework's release notes as {release: {key: version}}: the table whose first
+    header cell is `first` (MindSpeed-LLM docs/zh/release_notes_llm.md "MindSpeed LLM软件版本配套表"); columns
+    named in _PIN_COLUMNS; a release cell loses its note ("26.0.0（商用）" -> "26.0.0"); rows that name no
+    version (master, 在研版本) are left out. Only the first such table is read."""
+    import re
+
+    out: dict = {}
+    for head, rows in _tables(markdown):
+        if not head or head[0].strip().lower() != first:
+            continue
+        cols = {n: _PIN_COLUMNS[h.lower().replace(" ", "")] for n, h in enumerate(head)
+                if h.lower().replace(" ", "") in _PIN_COLUMNS}
+        for r in rows:
+            m = re.match(r"\s*(\d+(?:\.\d+)+)", r[0] if r else "")
+            if not m:
+                continue
+            pins = {}
+            for n, key in cols.items():
+                v = re.search(r"\d+(?:\.[0-9A-Za-z]+)+", r[n]) if n < len(r) else None
+                if v:
+                    pins[key] = v.group(0)
+            out[m.group(1)] = pins
+        break  # the first such table pairs; a later one (版本兼容性) lists what each release also runs on
+    return out
+
+
+def extract_env(text: str) -> dict:
+    """What a CANN environment-variable page says of its value, as far as a pattern can read it: the first
+    range ("取值范围[120,7200]", "取值范围为:(0, 17340]", "ranges from [0, 255]", "ranging from 5 to 20"), the
+    default ("默认值为120", "默认值：4", "The default value is 132"), and the sentence holding them (`quote`).
+    An open lower bound "(0, N]" is read as 1. Empty when the page states neither."""
+    import re
+
+    flat = " ".join(text.split())
+    out: dict = {}
+    m = (re.search(r"取值范围[为是]?[：:]?\s*([\[(])\s*(-?\d+)\s*[,，]\s*(-?\d+)\s*\]", flat)
+         or re.search(r"rang\w* from ([\[(])\s*(-?\d+)\s*,\s*(-?\d+)\s*\]", flat))
+    if m:
+        lo = int(m.group(2)) + (1 if m.group(1) == "(" else 0)
+        out.update(min=lo, max=int(m.group(3)))
+    else:
+        m = re.search(r"rang\w* from (-?\d+) to (-?\d+)", flat)
+        if m:
+            out.update(min=int(m.group(1)), max=int(m.group(2)))
+    d = (re.search(r"(?:默认值|缺省值)[为是]?[：:]?\s*[“\"]?([0-9A-Za-z_.]+)", flat)
+         or re.search(r"[Tt]he default value is [“\"]?([0-9A-Za-z_.]+?)[”\"]?[.,;]?(?:\s|$)", flat))
+    if d:
+        out["default"] = d.group(1)
+    hits = [x for x in (m, d) if x]
+    if hits:
+        start = max(flat.rfind("。", 0, hits[0].start()) + 1, flat.rfind(". ", 0, hits[0].start()) + 1, 0)
+        end = max(x.end() for x in hits)
+        stop = [i for i in (flat.find("。", end), flat.find(". ", end)) if i >= 0]
+        out["quote"] = flat[start:(min(stop) + 1 if stop else len(flat))].strip()
+    return out

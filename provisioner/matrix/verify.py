@@ -18,7 +18,9 @@ recorded or live fact can confirm or refute:
 * sources: every ``source:`` item is a defined id, a URL, or a repository
   reference, and every id defined is used;
 * driver ranges against the release notes' HDK tables, job handler and script
-  names against the pinned framework files, snapshot ages
+  names against the pinned framework files, launch-variable ranges against the
+  CANN environment-variable reference, framework sets and their lock pins
+  against the sets' release notes, snapshot ages
   (provisioner/matrix/verify_claims.py).
 
 Each claim carries the evidence that decided it. Facts come from
@@ -49,7 +51,7 @@ class Claim:
     found: str
     evidence: str
     at: str
-    status: str = "ok"  # ok | mismatch | note
+    status: str = "ok"  # ok | mismatch | note | unchecked (no fact recorded to check it against)
 
 
 @dataclass
@@ -69,12 +71,13 @@ class Report:
     def counts(self) -> dict:
         out: dict = {}
         for c in self.claims:
-            out.setdefault(c.check, {"ok": 0, "mismatch": 0, "note": 0})[c.status] += 1
+            out.setdefault(c.check, {"ok": 0, "mismatch": 0, "note": 0, "unchecked": 0})[c.status] += 1
         return out
 
     def as_json(self) -> dict:
         return {"schema": SCHEMA, "facts": self.facts, "checked": self.checked,
-                "mismatches": len(self.mismatches), "by_check": self.counts(), "stale_snapshots": self.stale,
+                "mismatches": len(self.mismatches), "unchecked": sum(1 for c in self.claims if c.status == "unchecked"),
+                "by_check": self.counts(), "stale_snapshots": self.stale,
                 "claims": [asdict(c) for c in self.claims if c.status != "ok"]}
 
 
@@ -123,8 +126,8 @@ class Verifier:
         self.kinds = {r["id"]: r.get("kind") for r in matrix.rows("sources")}
         self.index_note = f"{'live index' if facts.origin == 'online' else 'index snapshot ' + facts.taken} {facts.index}"
 
-    def add(self, check, subject, fld, claimed, found, evidence, at, ok=True, note=False):
-        status = "note" if note else ("ok" if ok else "mismatch")
+    def add(self, check, subject, fld, claimed, found, evidence, at, ok=True, note=False, unchecked=False):
+        status = "unchecked" if unchecked else "note" if note else ("ok" if ok else "mismatch")
         self.report.claims.append(Claim(check, subject, fld, str(claimed), str(found), evidence, at, status))
 
     def release(self, project: str, version: str):
@@ -367,6 +370,8 @@ class Verifier:
         self.images()
         verify_claims.hdk(self)
         verify_claims.job_names(self)
+        verify_claims.env_ranges(self)
+        verify_claims.lock_pins(self)
         self.report.stale = verify_claims.ages(self, today)
         return self.report
 

@@ -10,6 +10,17 @@ Owns three kinds, each against a recorded snapshot (provisioner/matrix/snapshot.
 * job-name: job handler classes (job_data_formats) in the data-handler files,
   and job script paths (job_scripts), at every commit the matrix pins for that
   framework (framework-names.json).
+* env: every launch variable (audit_env) against the page of the CANN
+  environment-variable reference recorded for it (env-reference.json): a whole
+  number's bounds and default (per chip family where the page gives them per
+  product line, read through the row's by_family), a choice's values (each one
+  documented must be accepted; one the page does not name is a note) and
+  default. A variable with no page recorded is `unchecked`, never passing.
+* lock-pin: each framework set (llm_bundles) of a kind whose release notes were
+  recorded (release-pins.json) against the notes' version table: its CANN,
+  torch, torch_npu and Python, and every package version the table names
+  (triton-ascend) against the set's locks (framework_envs layers). A package
+  the table names and a lock leaves out is a note.
 * snapshot: each snapshot's age; older than STALE_DAYS is a note that
   `verify --all` shows (and its CLI warns about).
 """
@@ -130,6 +141,137 @@ def job_names(v) -> None:
                 v.add("job-name", f"job_scripts {row['id']}", f"scripts.{name}", path,
                       "present" if there else "absent",
                       f"MindFormers {release}: {rec['read']}", row["_at"], ok=there)
+
+
+def _bounds(row: dict, family: str | None) -> dict:
+    """min/max/default of an audit_env row on chips of `family` (its by_family entry naming it, else its own);
+    the reading host.launchvars.for_family gives audit, doctor and the device plan."""
+    out = {k: row.get(k) for k in ("min", "max", "default")}
+    for entry in row.get("by_family") or []:
+        if family in entry["families"]:
+            out.update(min=entry["min"], max=entry["max"])
+            if entry.get("default"):
+                out["default"] = entry["default"]
+    return out
+
+
+def _span(b: dict) -> str:
+    lo = "-inf" if b.get("min") is None else b["min"]
+    hi = "inf" if b.get("max") is None else b["max"]
+    return f"[{lo}, {hi}]" + (f" default {b['default']}" if b.get("default") is not None else "")
+
+
+def env_ranges(v) -> None:
+    for row in v.m.rows("audit_env"):
+        name, at = row["name"], row["_at"]
+        subject = f"audit_env {name}"
+        rec = v.f.env_ref.get(name)
+        if not rec or not rec.get("page"):
+            why = rec.get("unchecked", "no page recorded") if rec else "env-reference.json has no entry for it"
+            v.add("env", subject, "range", row["kind"], "unchecked",
+                  f"{why}; record its page with scripts/refresh_snapshots.py env", at, unchecked=True)
+            continue
+        where = f"{rec['read']} ({rec['page']})"
+        kind = rec.get("kind", row["kind"])
+        if kind != row["kind"]:
+            v.add("env", subject, "kind", row["kind"], kind, f"{where} documents a {kind} value: {rec.get('quote', '')}",
+                  at, ok=False)
+            continue
+        if kind == "int":
+            groups = rec.get("ranges") or [{"families": [None], **{k: rec.get(k) for k in ("min", "max", "default")}}]
+            for g in groups:
+                want = {k: g.get(k) for k in ("min", "max", "default")}
+                for fam in g["families"]:
+                    have = _bounds(row, fam)
+                    ok = have["min"] == want["min"] and have["max"] == want["max"] and (
+                        want["default"] is None or str(have["default"]) == str(want["default"]))
+                    on = f" on {fam}" if fam else ""
+                    v.add("env", subject, f"range{on}", _span(have), _span(want),
+                          f"{where}: {g.get('quote') or rec.get('quote', '')}", at, ok=ok)
+        elif kind == "choice":
+            documented, accepted = rec.get("values") or [], row.get("values") or []
+            missing = [x for x in documented if x not in accepted]
+            v.add("env", subject, "values", ", ".join(accepted), ", ".join(documented),
+                  f"{where}: {rec.get('quote', '')}" + (f"; the row refuses {', '.join(missing)}" if missing else ""),
+                  at, ok=not missing)
+            extra = [x for x in accepted if x not in documented]
+            if extra:
+                v.add("env", subject, "values", ", ".join(extra), "not on the page",
+                      f"{where} does not name {', '.join(extra)}", at, note=True)
+            if rec.get("default") is not None:
+                v.add("env", subject, "default", row.get("default") or "none", rec["default"],
+                      f"{where}: {rec.get('quote', '')}", at, ok=str(row.get("default")) == str(rec["default"]))
+        else:
+            v.add("env", subject, "kind", kind, "documented", f"{where}: {rec.get('quote', '')}", at)
+
+
+def _locked(env: dict, package: str) -> str | None:
+    """The version a framework environment's lock pins `package` to (None: not in the lock)."""
+    from packaging.utils import canonicalize_name
+
+    want = canonicalize_name(package)
+    for lines in (env.get("layers") or {}).values():
+        for line in lines:
+            name, _, version = line.partition("==")
+            if canonicalize_name(name) == want:
+                return version.strip()
+    return None
+
+
+def _pythons(text) -> set[str]:
+    """"3.10-3.11" or "3.10" -> the minor versions it covers."""
+    from provisioner.versions import PyRange, VersionError
+
+    try:
+        r = PyRange(text if "-" in str(text) else f"{text}-{text}")
+    except (VersionError, ValueError):
+        return set()
+    return {f"{r.lo[0]}.{n}" for n in range(r.lo[1], r.hi[1] + 1)} if r.lo[0] == r.hi[0] else set()
+
+
+def lock_pins(v) -> None:
+    from provisioner.versions import V, VersionError
+
+    def same(a, b) -> bool:
+        try:
+            return V(str(a)).key == V(str(b)).key
+        except VersionError:
+            return str(a) == str(b)
+
+    envs = v.m.rows("framework_envs")
+    for _, rec in sorted(v.f.release_pins.items()):
+        for row in v.m.rows("llm_bundles"):
+            pins = rec["rows"].get(row.get("release")) if row.get("kind") == rec["kind"] else None
+            if not pins:
+                continue
+            subject, at = f"llm_bundles {row['id']}", row["_at"]
+            for key, want in sorted(pins.items()):
+                says = f"{rec['read']} pairs {rec['kind']} {row['release']} with {key} {want}"
+                if key == "cann":
+                    have = row.get("cann") or []
+                    v.add("lock-pin", subject, "cann", ", ".join(have) or "none", want, says, at,
+                          ok=any(same(c, want) for c in have))
+                elif key == "torch":
+                    have = row.get("torch") or []
+                    v.add("lock-pin", subject, "torch", ", ".join(have) or "none", want, says, at,
+                          ok=any(same(t, want) for t in have))
+                elif key == "torch_npu":
+                    have = row.get("torch_npu_product")
+                    v.add("lock-pin", subject, "torch_npu_product", have or "none", want, says, at,
+                          ok=have is not None and same(have, want))
+                elif key == "python":
+                    v.add("lock-pin", subject, "python", row.get("python") or "none", want, says, at,
+                          ok=want in _pythons(row.get("python")))
+                else:
+                    for env in (e for e in envs if e.get("set") == row["id"]):
+                        got = _locked(env, key)
+                        esub = f"framework_envs {env['id']}"
+                        if got is None:
+                            v.add("lock-pin", esub, key, "not in the lock", want,
+                                  f"{says}; the lock leaves it out ({(env.get('notes') or '').strip()[:120]})".rstrip(" ()"),
+                                  env["_at"], note=True)
+                            continue
+                        v.add("lock-pin", esub, key, got, want, says, env["_at"], ok=same(got, want))
 
 
 def ages(v, today: datetime.date | None = None) -> list[str]:
