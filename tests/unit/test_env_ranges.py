@@ -152,3 +152,6 @@ def test_the_second_audit_rows_corrected_against_the_reference(m):
         "HCCL_RDMA_TC": "132", "HCCL_RDMA_SL": "4", "HCCL_INTRA_PCIE_ENABLE": "1", "HCCL_INTER_HCCS_DISABLE": "FALSE",
         "HCCL_SOCKET_FAMILY": "AF_INET", "HCCL_DIAGNOSE_ENABLE": "0", "HCCL_ENTRY_LOG_ENABLE": "0",
         "TASK_QUEUE_ENABLE": "1"}
+    # HCCL_EVENT_TIMEOUT: [0, 2147483647], default 1868 (Ascend Extension for PyTorch 7.1.0 Envir_020); was unbounded
+    assert msgs({"HCCL_EVENT_TIMEOUT": "2147483648"}) == ["HCCL_EVENT_TIMEOUT=2147483648: outside [0, 2147483647]"]
+    assert (defaults["HCCL_EVENT_TIMEOUT"], defaults["P2P_HCCL_BUFFSIZE"]) == ("1868", "20")
