@@ -155,3 +155,6 @@ def test_the_second_audit_rows_corrected_against_the_reference(m):
     # HCCL_EVENT_TIMEOUT: [0, 2147483647], default 1868 (Ascend Extension for PyTorch 7.1.0 Envir_020); was unbounded
     assert msgs({"HCCL_EVENT_TIMEOUT": "2147483648"}) == ["HCCL_EVENT_TIMEOUT=2147483648: outside [0, 2147483647]"]
     assert (defaults["HCCL_EVENT_TIMEOUT"], defaults["P2P_HCCL_BUFFSIZE"]) == ("1868", "20")
+    # torch_npu defaults the Ascend Extension for PyTorch reference states (7.2.0 Envir_006, 7.1.0 Envir_023)
+    rules = launchvars.rules(m)
+    assert (rules["ASCEND_LAUNCH_BLOCKING"]["default"], rules["TORCH_HCCL_ZERO_COPY"]["default"]) == ("0", "0")
