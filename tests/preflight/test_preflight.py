@@ -342,10 +342,45 @@ def test_matmul_from_a_selftest_document(tmp_path, capsys):
     path.write_text(json.dumps(_selftest("ok")) + "\n")
     rc, doc = run_json("preflight-clean", "--selftest", str(path), capsys=capsys)
     assert rc == 0 and _status(doc, "chip-matmul")[0] == "pass"
-    assert _status(doc, "chip-stress")[0] == "n/a"
+    status, message = _status(doc, "chip-stress")
+    assert status == "n/a" and message == "the self-test has no hbm result (one from before the HBM stress)"
     path.write_text("no document\n")
     assert main([*args("preflight-clean"), "--selftest", str(path)]) == 2
     assert "no provision.selftest/1 JSON line" in capsys.readouterr().err
+
+
+def _with_hbm(doc, bad_rank=None):
+    """The self-test's hbm check as provisioner.train.selftest reports it: per chip, every worker at once."""
+    chips = [{"rank": r, "device": f"npu:{r}", "bytes": 51 << 30, "chunk_bytes": 1 << 30, "chunks": 51,
+              "passes": 2, "mismatches": 2 if r == bad_rank else 0, "read_gbps": 1210.5 + r, "write_gbps": 1300.0,
+              "first_bad": {"chunk": 7, "word": 11, "pass": 0} if r == bad_rank else None} for r in range(8)]
+    failed = bad_rank is not None
+    doc["checks"].insert(2, {"id": "hbm", "status": "fail" if failed else "ok", "detail": "" if failed else
+                             "npu:0: 51.00 GiB in 51 chunk(s), 2 passes read back intact",
+                             "error": "npu:6: 2 word(s) read back differ" if failed else None,
+                             "fix": "take it out of jobs" if failed else None, "seconds": 9.0,
+                             "ranks_failed": [bad_rank] if failed else [], "figures": {"chips": chips}})
+    return doc
+
+
+def test_hbm_stress_from_a_selftest_document(tmp_path, capsys):
+    """chip-stress judges the self-test's hbm check: a word read back wrong fails naming the rank and its chip;
+    intact chips pass with their GB/s stated and not judged (no sourced floor); no document: n/a."""
+    path = tmp_path / "selftest.txt"
+    path.write_text(json.dumps(_with_hbm(_selftest("ok"), bad_rank=6)) + "\n")
+    rc, doc = run_json("preflight-clean", "--selftest", str(path), capsys=capsys)
+    got = next(c for c in doc["checks"] if c["id"] == "chip-stress")
+    assert rc == 2 and got["status"] == "fail" and got["chips"] == ["rank 6"]
+    assert got["message"] == "HBM read back wrong: rank 6 (npu:6): 2 word(s) wrong of 51.00 GiB"
+    assert got["fix"] == "take it out of jobs" and _status(doc, "chip-matmul")[0] == "pass"
+    path.write_text(json.dumps(_with_hbm(_selftest("ok"))) + "\n")
+    rc, doc = run_json("preflight-clean", "--selftest", str(path), capsys=capsys)
+    assert rc == 0 and _status(doc, "chip-stress") == (
+        "pass", "HBM pattern read back intact on 8 chip(s) (51.00 GiB each); read 1210.5-1217.5 GB/s (not judged:"
+        " no sourced HBM bandwidth floor)")
+    rc, doc = run_json("preflight-clean", capsys=capsys)
+    status, message = _status(doc, "chip-stress")
+    assert status == "n/a" and message.startswith("no HBM stress ran on the chips")
 
 
 @pytest.mark.slow
