@@ -38,7 +38,8 @@ def selftest_cmd(overlays, as_json, image, config, env, mode, user, keep, prefli
 
     \b
     One worker per chip runs, and the first prints one line per check:
-      npu, matmul (fp16/bf16), attention (the config's, on a packed batch),
+      npu, matmul (fp16/bf16), hbm (a pattern over 85% of each chip's free HBM,
+      read back and compared), attention (the config's, on a packed batch),
       fused-optimizer (torch_npu NpuFusedAdamW step + zero_grad), all-reduce (HCCL
       across the chips) and train-steps (three steps of a tiny Qwen2 with your
       config). A failing check prints the fix. Without an NPU the NPU checks say

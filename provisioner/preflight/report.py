@@ -49,7 +49,7 @@ def run(matrix, root: str = "/", *, npu_smi_outputs=(), saved=(), peers=(), env:
     timeout_s, timeout_from = connect_timeout(env or {}, lim["connect_timeout_default"])
     results += network.run(f, list(peers), timeout_s, timeout_from)
     results.append(bandwidth.judge(bandwidth_doc, lim["bandwidth"], bandwidth.topology(f, nodes)))
-    results += [stress.judge_matmul(selftest_doc), dict(stress.STRESS)]
+    results += [stress.judge_matmul(selftest_doc), stress.judge_stress(selftest_doc)]
     summary = {s: sum(r["status"] == s for r in results) for s in ORDER}
     if summary["fail"]:
         code = 2

@@ -7,6 +7,9 @@ Each worker checks, in order, and rank 0 prints one line per check with the fix 
 
   npu              torch_npu loads, the chips are visible, the SoC and what the trainer derives from it
   matmul           fp16 and (where the chip has it) bf16 matmuls against an fp32 reference on the host
+  hbm              a pattern written over a large share of the chip's free memory in chunks, read back and
+                   compared (words that differ, the first one's place) and timed (write and read GB/s); every
+                   worker on its own chip at once (hbm.py, sizes in selftest.yaml; on the CPU a small buffer)
   attention        the attention the config chooses, forward and backward on a packed batch of 3 sequences,
                    which must match the same sequences run one by one
   fused-optimizer  two steps of torch_npu's fused AdamW with the trainer's zero_grad in between
@@ -85,11 +88,13 @@ def load(path: str | None, overrides: list[str]) -> TrainConfig:
 
 
 class SelfTest:
-    def __init__(self, cfg: TrainConfig, all_reduce_mib: tuple[float, ...] | None = None) -> None:
+    def __init__(self, cfg: TrainConfig, all_reduce_mib: tuple[float, ...] | None = None,
+                 hbm_cap: int | None = None) -> None:
         from provisioner.train import dist
 
         self.cfg = cfg
         self.all_reduce_mib = all_reduce_mib  # None: the sweep in selftest.yaml
+        self.hbm_cap = hbm_cap  # bytes; None: the share of free memory in selftest.yaml
         self.world = dist.from_env()
         self.results: list[Result] = []
         self.dev: Any = None
@@ -102,7 +107,8 @@ class SelfTest:
 
     def run(self) -> list[Result]:
         steps: list[tuple[str, Callable[[], Result]]] = [
-            ("npu", self.check_npu), ("matmul", self.check_matmul), ("attention", self.check_attention),
+            ("npu", self.check_npu), ("matmul", self.check_matmul), ("hbm", self.check_hbm),
+            ("attention", self.check_attention),
             ("fused-optimizer", self.check_fused_optimizer), ("all-reduce", self.check_all_reduce),
             ("train-steps", self.check_train_steps),
         ]
@@ -220,6 +226,25 @@ class SelfTest:
         if len(dtypes) == 1:
             parts.append("bf16 not on this chip")
         return Result("matmul", "ok", ", ".join(parts))
+
+    def check_hbm(self) -> Result:
+        from provisioner.train import hbm
+
+        self._require_device()
+        dev = self.dev
+        where = f"{dev.type}:{dev.index}" if dev.type != "cpu" else "cpu"
+        got = hbm.stress(hbm.plan(dev.type, hbm.free_bytes(dev), self.hbm_cap), dev.torch_device, lambda: _sync(dev))
+        got["device"] = where
+        size = f"{got['bytes'] / (1 << 30):.2f} GiB in {got['chunks']} chunk(s), {got['passes']} passes"
+        speed = f"write {got['write_gbps']:.1f} GB/s, read {got['read_gbps']:.1f} GB/s"
+        if got["mismatches"]:
+            bad = got["first_bad"]
+            offset = bad["chunk"] * got["chunk_bytes"] + bad["word"] * hbm.WORD
+            return Result("hbm", "fail", error=f"{where}: {got['mismatches']} word(s) read back differ from the pattern"
+                          f" written (first at byte {offset} of the {size}, pass {bad['pass'] + 1})",
+                          fix=DEFAULT_FIX["hbm"], figures=got)
+        kind = "" if dev.type != "cpu" else " (host memory: no HBM on the CPU)"
+        return Result("hbm", "ok", f"{where}: {size} read back intact; {speed}{kind}", figures=got)
 
     def check_attention(self) -> Result:
         import torch
@@ -374,6 +399,8 @@ NPU_HUNG_FIX = ("the chip did not answer (busy or hung): stop other processes on
 DEFAULT_FIX = {
     "npu": "check that the image's torch_npu matches its CANN and the host driver (provision doctor inside the image)",
     "matmul": "the chip computes wrong results: run npu-smi info and the vendor's hardware check on it",
+    "hbm": "the chip's memory returns wrong data: take it out of jobs (--devices / ASCEND_RT_VISIBLE_DEVICES) and send"
+           " `npu-smi info -t ecc -i N` and the device log (msnpureport) to the hardware vendor",
     "attention": "set attn_implementation: sdpa (or auto) in the config",
     "fused-optimizer": "set optimizer: adamw in the config, and report the torch_npu version",
     "all-reduce": "check the chips' links (hccn_tool -i N -link -g) and the HCCL variables provision launch sets",
@@ -436,13 +463,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="only the JSON document on stdout")
     ap.add_argument("--all-reduce-mib", metavar="SIZES",
                     help="all-reduce message sizes in MiB, e.g. 1,16,256 (default: provisioner/train/selftest.yaml)")
+    ap.add_argument("--hbm-mib", metavar="MIB",
+                    help="cover at most this much memory per chip in the HBM stress (default: a share of the free"
+                         " memory, provisioner/train/selftest.yaml)")
     args = ap.parse_args(argv)
     rank = int(os.environ.get("RANK", "0"))
     try:
         cfg = load(args.config, args.overrides)
-        from provisioner.train import allreduce
+        from provisioner.train import allreduce, hbm
 
         sizes = allreduce.parse_mib(args.all_reduce_mib) if args.all_reduce_mib else None
+        hbm_cap = hbm.parse_mib(args.hbm_mib) if args.hbm_mib else None
     except (ProvisionError, ValueError) as exc:
         if rank == 0:
             print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
@@ -455,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
         if not value.isdigit() or int(value) == 0 or int(value) > HCCL_TIMEOUT_CAP_S:
             os.environ[var] = str(HCCL_TIMEOUT_CAP_S)
     _quiet_libraries()
-    test = SelfTest(cfg, sizes)
+    test = SelfTest(cfg, sizes, hbm_cap)
     results = test.run()
     try:
         per_rank = test.gather()

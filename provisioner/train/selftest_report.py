@@ -13,7 +13,9 @@ from typing import Any
 from provisioner.version import stamped
 
 SCHEMA = "provision.selftest/1"
-CHECKS = ("npu", "matmul", "attention", "fused-optimizer", "all-reduce", "train-steps")
+CHECKS = ("npu", "matmul", "hbm", "attention", "fused-optimizer", "all-reduce", "train-steps")
+# Checks each worker runs on its own chip whose figures the document keeps per worker.
+PER_CHIP = ("hbm",)
 # Known failures and what fixes them, matched against the error text (first hit wins).
 FIXES = (
     (r"libhccl|libascendcl|libascend_hal|libc_sec|cannot open shared object",
@@ -46,7 +48,7 @@ class Result:
     fix: str | None = None
     seconds: float = 0.0
     rank: int = 0
-    figures: dict | None = None  # measured numbers a check reports besides its line (all-reduce: per size)
+    figures: dict | None = None  # measured numbers a check reports besides its line (all-reduce: per size; hbm)
 
 
 def fix_for(error: str, default: str) -> str:
@@ -117,9 +119,13 @@ def document(per_rank: list[list[Result]], world_size: int) -> dict:
         rows = [rank[i] for rank in per_rank if i < len(rank)]
         failed = [r for r in rows if r.status == "fail"]
         first = failed[0] if failed else rows[0]
+        figures = first.figures
+        if name in PER_CHIP:  # one chip per worker: every worker's figures, not only the first's
+            chips = [{"rank": r.rank, **r.figures} for r in rows if r.figures]
+            figures = {"chips": chips} if chips else None
         checks.append({"id": name, "status": first.status, "detail": first.detail, "error": first.error,
                        "fix": first.fix, "seconds": max(r.seconds for r in rows),
-                       "ranks_failed": sorted(r.rank for r in failed), "figures": first.figures})
+                       "ranks_failed": sorted(r.rank for r in failed), "figures": figures})
     status = "failed" if any(c["status"] == "fail" for c in checks) else "ok"
     return stamped({"schema": SCHEMA, "status": status, "world_size": world_size, "checks": checks,
                     "versions": versions()})

@@ -9,12 +9,15 @@ import json
 import pytest
 
 from provisioner.launch.torchrun import Target
-from provisioner.train import allreduce, selftest
+from provisioner.preflight import stress as preflight_stress
+from provisioner.train import allreduce, hbm, selftest
 from tests.train import npu_fake
 from tests.train.conftest import write_config
 
 
 def run_selftest(tmp_path, workers: int, env: dict, *args: str, timeout: int = 900) -> tuple[int, dict | None, str]:
+    if "FAKE_NPU_SOC" in env and "--hbm-mib" not in args:
+        args = (*args, "--hbm-mib", "64")  # the double's 64 GiB chips are host memory: stress a slice of them
     argv = ["-m", "provisioner.train.selftest", *args]
     if workers > 1:
         argv = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(workers), *argv]
@@ -42,7 +45,7 @@ def test_on_cpu_the_npu_checks_do_not_apply(tmp_path):
     assert code == 0, out[-4000:]
     c = checks(doc)
     assert doc["status"] == "ok" and doc["world_size"] == 2
-    assert {k: v["status"] for k, v in c.items()} == {"npu": "n/a", "matmul": "n/a", "attention": "ok",
+    assert {k: v["status"] for k, v in c.items()} == {"npu": "n/a", "matmul": "n/a", "hbm": "ok", "attention": "ok",
                                                       "fused-optimizer": "n/a", "all-reduce": "ok", "train-steps": "ok"}
     assert c["npu"]["detail"] == "no CANN toolkit in this container: running on cpu"
     assert "2 workers on gloo" in c["all-reduce"]["detail"] and "HCCL not applicable on CPU" in c["all-reduce"]["detail"]
@@ -51,8 +54,12 @@ def test_on_cpu_the_npu_checks_do_not_apply(tmp_path):
     assert [r["bytes"] for r in fig["sizes"]] == list(allreduce.plan("cpu").sizes)
     assert fig["busbw_gbps"] == fig["sizes"][-1]["busbw_gbps"] > 0 and fig["bytes"] == fig["sizes"][-1]["bytes"]
     assert c["train-steps"]["detail"].startswith("full, fp32, ddp, sdpa, AdamW: loss ")
+    # The HBM stress runs on the CPU too, on the small buffer of selftest.yaml, and reports every worker.
+    assert c["hbm"]["detail"].startswith("cpu: 0.03 GiB in 4 chunk(s), 2 passes read back intact; write ")
+    assert [(x["rank"], x["bytes"], x["mismatches"]) for x in c["hbm"]["figures"]["chips"]] == [(0, 32 << 20, 0),
+                                                                                               (1, 32 << 20, 0)]
     lines = [line for line in out.splitlines() if line.startswith("selftest: ")]
-    assert len(lines) == 7 and lines[-1] == "selftest: self-test passed on 2 workers"  # rank 0 only
+    assert len(lines) == 8 and lines[-1] == "selftest: self-test passed on 2 workers"  # rank 0 only
 
 
 @pytest.mark.slow
@@ -64,6 +71,9 @@ def test_two_a2_chips_pass_every_check(tmp_path):
     assert c["npu"]["detail"].startswith("2 x Ascend910B3 (Atlas A2") and "bf16, Inf/NaN mode" in c["npu"]["detail"]
     assert c["attention"]["detail"].startswith("flash_attention_2 (npu_fusion_attention) in bf16")
     assert c["fused-optimizer"]["detail"].startswith("NpuFusedAdamW: 2 steps")
+    assert c["hbm"]["detail"].startswith("npu:0: 0.06 GiB in 1 chunk(s), 2 passes read back intact")
+    assert [(x["rank"], x["device"], x["mismatches"]) for x in c["hbm"]["figures"]["chips"]] == [
+        (0, "npu:0", 0), (1, "npu:1", 0)]
     assert "2 workers on hccl" in c["all-reduce"]["detail"]
     # Not one latency-bound 16 MiB figure: the sweep runs to 256 MiB and reports busbw there.
     fig = c["all-reduce"]["figures"]
@@ -104,6 +114,70 @@ def test_an_npu_image_without_a_visible_chip_fails_with_the_fix(tmp_path):
     assert all(c[k]["detail"] == "skipped: the npu check failed" for k in selftest.CHECKS[1:])
 
 
+@pytest.mark.slow
+def test_a_chip_with_bad_hbm_fails_the_stress_and_preflight_names_it(tmp_path):
+    """Two A2 chips, chip 1 with a bad HBM cell (FAKE_NPU_BAD_HBM): both workers stress their chip at once;
+    rank 1 reads back one wrong word per pass and fails with the fix, rank 0 passes; the training steps are
+    skipped (a worker failed) and preflight --selftest fails chip-stress naming rank 1 and its chip."""
+    code, doc, out = run_selftest(tmp_path, 2, npu_fake.env(tmp_path, count=2, FAKE_NPU_BAD_HBM="1"))
+    assert code == 1 and doc is not None, out[-4000:]
+    c = checks(doc)
+    assert c["hbm"]["status"] == "fail" and c["hbm"]["ranks_failed"] == [1]
+    assert c["hbm"]["error"] == ("npu:1: 2 word(s) read back differ from the pattern written (first at byte"
+                                 " 33554432 of the 0.06 GiB in 1 chunk(s), 2 passes, pass 1)")
+    assert c["hbm"]["fix"] == selftest.DEFAULT_FIX["hbm"]
+    chips = {x["rank"]: x for x in c["hbm"]["figures"]["chips"]}
+    assert (chips[0]["mismatches"], chips[1]["mismatches"]) == (0, 2) and chips[1]["device"] == "npu:1"
+    assert chips[0]["read_gbps"] > 0 and chips[0]["bytes"] == 64 << 20
+    assert c["matmul"]["status"] == "ok" and c["train-steps"]["status"] == "n/a"
+    judged = preflight_stress.judge_stress(doc)
+    assert judged["status"] == "fail" and judged["chips"] == ["rank 1"]
+    assert judged["message"] == "HBM read back wrong: rank 1 (npu:1): 2 word(s) wrong of 0.06 GiB"
+    # the same host without the bad cell: every chip intact, the GB/s stated but not judged
+    code, doc, out = run_selftest(tmp_path, 2, npu_fake.env(tmp_path, count=2))
+    judged = preflight_stress.judge_stress(doc)
+    assert judged["status"] == "pass" and judged["message"].startswith(
+        "HBM pattern read back intact on 2 chip(s) (0.06 GiB each); read ")
+    assert judged["message"].endswith("GB/s (not judged: no sourced HBM bandwidth floor)")
+
+
+def test_hbm_plan_from_the_data():
+    """Sizes come from selftest.yaml: a share of the free memory in chunks of at most 1 GiB on an accelerator,
+    the chunk shrunk so that the scratch chunks fit in what is left; a fixed small buffer on the CPU."""
+    gib = 1 << 30
+    p = hbm.plan("npu", 60 * gib)
+    assert (p.chunk_bytes, p.chunks, p.passes) == (gib, 51, 2)  # 0.85 x 60 GiB = 51 GiB
+    small = hbm.plan("npu", 100 << 20)  # 100 MiB free: 85 MiB stressed, scratch under 15 MiB
+    assert small.chunk_bytes * hbm.SCRATCH_CHUNKS <= (100 << 20) - small.total_bytes
+    assert small.total_bytes <= 85 << 20 and small.chunks > 1
+    assert hbm.plan("npu", 60 * gib, 64 << 20) == hbm.Plan(64 << 20, 1, 2)
+    assert hbm.plan("cpu", None) == hbm.Plan(8 << 20, 4, 2)
+    with pytest.raises(ValueError, match="--hbm-mib: 'lots' is not a size in MiB"):
+        hbm.parse_mib("lots")
+
+
+def test_hbm_stress_on_the_cpu_counts_what_reads_back_wrong(monkeypatch):
+    import torch
+
+    p = hbm.Plan(1 << 16, 3, 2)
+    got = hbm.stress(p, torch.device("cpu"), lambda: None)
+    assert (got["bytes"], got["mismatches"], got["first_bad"]) == (3 << 16, 0, None) and got["read_gbps"] > 0
+    # memory that drops a bit: every write of chunk 2 (its key, in either pass) lands one word wrong
+    real, keys = torch.bitwise_xor, {hbm._key(2, 0), hbm._key(2, 1)}
+
+    def flaky(a, b, out=None):
+        if out is None:
+            return real(a, b)
+        real(a, b, out=out)
+        if b in keys:
+            out[7] ^= 4
+        return out
+
+    monkeypatch.setattr(torch, "bitwise_xor", flaky)
+    got = hbm.stress(p, torch.device("cpu"), lambda: None)
+    assert got["mismatches"] == 2 and got["first_bad"] == {"chunk": 2, "word": 7, "pass": 0}
+
+
 def test_bad_config_is_one_line_and_exit_2(tmp_path):
     config = write_config(tmp_path / "train.yaml", precision="fp8")
     code, doc, out = run_selftest(tmp_path, 1, cpu_env(tmp_path), "--config", str(config))
@@ -116,6 +190,9 @@ def test_bad_all_reduce_sizes_are_one_line_and_exit_2(tmp_path):
     assert code == 2 and doc is None
     assert out.strip() == ("provision selftest: error: --all-reduce-mib: 'lots' is not a size in MiB "
                            "(write e.g. 1,16,256)")
+    code, doc, out = run_selftest(tmp_path, 1, cpu_env(tmp_path), "--hbm-mib", "0")
+    assert code == 2 and doc is None
+    assert out.strip() == "provision selftest: error: --hbm-mib: the size must be in [1, 1048576] MiB (got 0)"
 
 
 def test_fixes_and_report_lines():
@@ -129,7 +206,7 @@ def test_fixes_and_report_lines():
         "set strategy: zero3 in the config (the way forward the error names)")
     ok = [report.Result(name, "ok", "fine", rank=r) for name in report.CHECKS for r in (0,)]
     bad = [report.Result(name, "ok", "fine", rank=1) for name in report.CHECKS]
-    bad[4] = report.Result("all-reduce", "fail", error="boom", fix="do this", rank=1)
+    bad[5] = report.Result("all-reduce", "fail", error="boom", fix="do this", rank=1)
     doc = report.document([ok, bad], 2)
     assert doc["status"] == "failed" and checks(doc)["all-reduce"]["ranks_failed"] == [1]
     # A report from a real host carries the libraries that decided the checks (here: no torch_npu).
@@ -137,7 +214,7 @@ def test_fixes_and_report_lines():
     assert doc["versions"]["torch"] == importlib.metadata.version("torch") and doc["versions"]["torch_npu"] is None
     text = report.lines(doc)
     assert "FAIL  all-reduce       boom (ranks 1)" in text and any(line.endswith("fix: do this") for line in text)
-    assert text[-1] == "self-test FAILED (1 of 6 checks) on 2 workers"
+    assert text[-1] == "self-test FAILED (1 of 7 checks) on 2 workers"
 
 
 def test_launch_passes_the_trainer_config_to_the_selftest():
@@ -159,13 +236,13 @@ def test_a_worker_whose_chip_fails_does_not_hang_the_others(tmp_path):
     assert c["npu"]["error"] == "ConfigError: LOCAL_RANK 1 needs 2 NPUs but 1 visible (ASCEND_RT_VISIBLE_DEVICES=<unset>)"
     assert c["npu"]["fix"].startswith("the chip is not visible: map it")
     # Rank 0's chip is fine: its own checks run; the collectives are skipped on every worker.
-    assert c["matmul"]["status"] == "ok" and c["fused-optimizer"]["status"] == "ok"
+    assert c["matmul"]["status"] == "ok" and c["fused-optimizer"]["status"] == "ok" and c["hbm"]["status"] == "ok"
     assert {c[k]["status"] for k in ("all-reduce", "train-steps")} == {"n/a"}
     assert c["all-reduce"]["detail"] == "skipped: the npu check failed on rank 1"
     lines = [line for line in out.splitlines() if line.startswith("selftest: ")]
     assert lines[0].startswith("selftest: FAIL  npu ") and lines[0].endswith("(ranks 1)")
     assert lines[1].startswith("selftest: ") and "fix: the chip is not visible" in lines[1]
-    assert lines[-1] == "selftest: self-test FAILED (1 of 6 checks) on 2 workers"
+    assert lines[-1] == "selftest: self-test FAILED (1 of 7 checks) on 2 workers"
 
 
 @pytest.mark.slow

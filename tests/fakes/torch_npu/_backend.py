@@ -6,7 +6,7 @@ torch_npu.npu), torch.utils.generate_methods_for_privateuse1_backend). The doubl
 torch's Python-backend hooks, and keeps each tensor's data in a CPU tensor (`elem`) behind a wrapper
 subclass whose __torch_dispatch__ runs every aten op on the CPU data. What the chip does differently is
 applied here: no bf16 kernels below Ascend910B1, saturation instead of Inf/NaN on SoCs without Inf/NaN
-mode (with the overflow flag set), an HBM limit, and a separate RNG per device.
+mode (with the overflow flag set), an HBM limit, a separate RNG per device, and bad HBM on chosen chips.
 """
 
 from __future__ import annotations
@@ -36,9 +36,13 @@ class Chips:
         self.hbm = int(float(os.environ.get("FAKE_NPU_HBM_GIB", "64")) * 1024**3)
         # what the chip holds before this process allocates anything (npu-smi shows 3-4 GB on an idle A2 chip)
         self.held = int(float(os.environ.get("FAKE_NPU_HELD_MIB", "0")) * 1024**2)
+        # bad HBM: on these chips (ids before ASCEND_RT_VISIBLE_DEVICES), the byte at FAKE_NPU_BAD_HBM_MIB from the
+        # start of the process's allocations reads back with one bit flipped after every write that covers it
+        self.bad_chips = {int(x) for x in os.environ.get("FAKE_NPU_BAD_HBM", "").split(",") if x.strip().isdigit()}
+        self.bad_offset = int(float(os.environ.get("FAKE_NPU_BAD_HBM_MIB", "32")) * 1024**2)
         self.allocated = [0] * max(1, len(self.visible))
         self.peak = [0] * max(1, len(self.visible))
-        self.storages: dict[int, list[int]] = {}  # data_ptr -> [nbytes, live wrappers, device]
+        self.storages: dict[int, list[int]] = {}  # data_ptr -> [nbytes, live wrappers, device, start]
         self.generators = [torch.Generator() for _ in range(max(1, len(self.visible)))]
         for i, g in enumerate(self.generators):
             g.manual_seed(67280421310721 + i)
@@ -103,11 +107,31 @@ def _acquire(elem: torch.Tensor, index: int) -> int:
                 f"NPU out of memory. Tried to allocate {nbytes / 1024**2:.2f} MiB (NPU {index}; "
                 f"{CHIPS.hbm / 1024**3:.2f} GiB total capacity; "
                 f"{CHIPS.allocated[index] / 1024**3:.2f} GiB already allocated)")
-        entry = CHIPS.storages[ptr] = [nbytes, 0, index]
+        # where the storage lies in the chip's memory: after everything allocated before it (a bump allocator
+        # is enough to place the bad byte of FAKE_NPU_BAD_HBM in one buffer)
+        entry = CHIPS.storages[ptr] = [nbytes, 0, index, CHIPS.allocated[index]]
         CHIPS.allocated[index] += nbytes
+        _bad_hbm(storage, entry)
         CHIPS.peak[index] = max(CHIPS.peak[index], CHIPS.allocated[index])
     entry[1] += 1
     return ptr
+
+
+def _bad_hbm(storage, entry: list[int]) -> None:
+    """A storage written on a chip of FAKE_NPU_BAD_HBM that covers its bad byte: flip one bit of that byte."""
+    nbytes, _, index, start = entry
+    if CHIPS.visible and CHIPS.visible[index] in CHIPS.bad_chips and start <= CHIPS.bad_offset < start + nbytes:
+        at = CHIPS.bad_offset - start
+        storage[at] = storage[at] ^ 0x10
+
+
+def _written(func, out) -> None:
+    """After an op that writes into existing tensors (in place or out=): the bad byte of a written storage."""
+    for o in tree_flatten(out)[0]:
+        if isinstance(o, torch.Tensor):
+            entry = CHIPS.storages.get(o.untyped_storage().data_ptr())
+            if entry is not None:
+                _bad_hbm(o.untyped_storage(), entry)
 
 
 def _release(box: list[int]) -> None:
@@ -236,6 +260,8 @@ def _dispatch(func, args, kwargs):
     else:
         out = func(*uargs, **ukwargs)
 
+    if CHIPS.bad_chips and func._schema.is_mutable:
+        _written(func, out)
     if device is None:
         return out
     if not _soc.inf_nan_supported() and func not in _MOVES and func not in _SELECTS and (
