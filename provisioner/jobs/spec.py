@@ -25,7 +25,7 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 ENV_VALUE = re.compile(r"^[A-Za-z0-9._+@=,:;/ ^-]*\Z")
 KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
-FORMATS = ("alpaca", "sharegpt")
+FORMATS = ("alpaca", "sharegpt", "orz")  # which framework reads which: matrices/jobs.yaml job_data_formats
 RECOMPUTE = ("none", "full")
 STORAGE = ("shared", "local")
 

@@ -108,7 +108,7 @@ def test_the_train_step_prunes_complete_iterations_beyond_the_newest_kept(kind, 
         p, script = build(shipped, sft_job(), stacks["llm"]), "steps/03-train.sh"
     else:
         p = build(shipped, sft_job((EXAMPLES / "seed000-grpo-qwen25-7b.yaml").read_text()), stacks["rl"], chips=8)
-        script = "steps/03-train.sh"
+        script = next(f"steps/{s.script}" for s in p.steps if s.id == "train")
     text = p.files[script]
     assert text.index("start_pruner\n") < text.index("stop_pruner\n") < text.rindex("prune_checkpoints\n")
     save = tmp_path / "save"

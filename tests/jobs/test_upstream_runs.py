@@ -117,13 +117,13 @@ def test_grpo_refuses_sharegpt_data_which_no_mindspeed_rl_handler_reads(shipped,
     R1 alpaca handler only): format sharegpt would fail in preprocess_data.py after the image was started."""
     from tests.jobs.conftest import EXAMPLES
 
-    text = (EXAMPLES / "seed000-grpo-qwen25-7b.yaml").read_text().replace("format: alpaca", "format: sharegpt")
+    text = (EXAMPLES / "seed000-grpo-qwen25-7b.yaml").read_text().replace("format: orz", "format: sharegpt")
     job = sft_job(text)
     from provisioner.errors import ProvisionError
 
     with pytest.raises(ProvisionError) as exc:
         build(shipped, job, stacks["rl"], chips=8)
-    assert str(exc.value).endswith("job.yaml:10: data format 'sharegpt' has no mindspeed-rl handler (known: alpaca)")
+    assert str(exc.value).endswith("job.yaml:12: data format 'sharegpt' has no mindspeed-rl handler (known: alpaca, orz)")
 
 
 def _hydra_overrides(script: str) -> dict[str, str]:
@@ -141,7 +141,7 @@ def test_grpo_reference_model_stays_the_initial_weights_after_a_resume(shipped, 
 
     p = build(shipped, sft_job((EXAMPLES / "seed000-grpo-qwen25-7b.yaml").read_text()), stacks["rl"], chips=8)
     cfg = yaml.safe_load(p.files["configs/grpo.yaml"])
-    overrides = _hydra_overrides(p.files["steps/03-train.sh"])
+    overrides = _hydra_overrides(p.files["steps/04-train.sh"])
     actor_load = overrides["actor_config.load"].strip('"')
     assert actor_load == "$save"  # the resume loads the actor's checkpoints
     assert not any(k.startswith("rl_config.") for k in overrides)
@@ -313,7 +313,7 @@ def test_grpo_raises_the_open_file_limit_and_keeps_tensorboard_under_the_output(
 
     p = build(shipped, sft_job((EXAMPLES / "seed000-grpo-qwen25-7b-2nodes.yaml").read_text()), stacks["rl"], chips=8,
               nnodes=2)
-    train = p.files["steps/03-train.sh"]
+    train = p.files["steps/04-train.sh"]
     worker_branch = train.index('if [ "$NODE_RANK" != 0 ]')
     assert train.index("ulimit -n 32768") < worker_branch and train.index("ln -sfn") < worker_branch
     m = re.search(r"(?ms)^# TensorBoard:.*?^fi\n", train)
