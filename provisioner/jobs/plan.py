@@ -146,6 +146,10 @@ def build(matrix, spec: JobSpec, card: str, chips_per_node: int, nnodes: int = 1
         reasons.append(f"{spec.at('grpo')}: grpo: belongs to mindspeed-rl-grpo jobs, not {kind['id']}")
 
     reasons += data_option_reasons(spec, kind)
+    if spec.train.keep_checkpoints == 0 and not any(s["id"] == "export" for s in kind["steps"]):
+        reasons.append(f"{spec.at('train.keep_checkpoints')}: keep_checkpoints 0 removes the checkpoints once the"
+                       f" final weights are exported, and {kind['id']} jobs export nothing (their checkpoints are"
+                       " the result): keep at least 1")
 
     config_path = spec.model_config or os.path.join(spec.model, "config.json")
     where = spec.at("model_config" if spec.model_config else "model")

@@ -38,11 +38,14 @@ def _num(value) -> str:
 
 
 def context(plan, handler: dict) -> dict:
+    from provisioner.jobs.disk import weights_only_save
+
     spec, shape, par = plan.spec, plan.shape, spec_parallel(plan)
     fw_key = plan.framework["id"].replace("-", "_")
     fwmodel = dict(plan.model_row.get(fw_key) or {})
     tr = asdict(spec.train)
     tr["save_every"] = spec.train.save_every
+    tr["weights_only_save"] = weights_only_save(spec, plan.kind)  # the last save without optimizer / RNG state
     tr["min_lr"] = spec.train.min_lr if spec.train.min_lr is not None else spec.train.lr / 10
     tr["micro_batches"] = spec.train.global_batch_size // (spec.train.micro_batch_size * spec.parallel.data)
     grpo = None

@@ -284,3 +284,17 @@ def test_a_grpo_job_with_sharegpt_data_is_refused_when_the_job_is_read(engine, h
     assert [line.split()[1] for line in out.splitlines() if line.startswith("run ")] == [
         "convert", "data", "preprocess", "train", "export"]
     assert not (tmp_path / "out").exists()
+
+
+def test_dry_run_shows_what_keep_0_leaves_after_the_export(engine, host, job, capsys):
+    """keep_checkpoints 0 with one save: --dry-run counts that save without optimizer state and says what the
+    output keeps once the export has removed the checkpoints (also in the JSON: disk.kept_bytes)."""
+    job.write_text(job.read_text().replace("steps: 6, save_interval: 2}", "steps: 6, keep_checkpoints: 0}"))
+    rc, out, err = launch(capsys, host, job, "--dry-run")
+    assert rc == 0, err
+    (line,) = [x for x in out.splitlines() if x.startswith("disk: ")]
+    assert "1 checkpoint of" in line and "without optimizer state (train.keep_checkpoints 0)" in line
+    assert "kept after the export (the checkpoints removed)" in line
+    rc, out, err = launch(capsys, host, job, "--dry-run", "--json")
+    d = json.loads(out)["disk"]
+    assert d["optimizer_state"] is False and d["kept_bytes"] < d["total_bytes"]

@@ -188,6 +188,25 @@ def test_mindspeed_llm_sft_pads_to_the_batch_not_the_sequence_length_where_the_r
                                                                     "mindspeed-llm-2.2.0"))
 
 
+@pytest.mark.filterwarnings("ignore:invalid escape sequence")  # upstream's source text, parsed with ast
+@pytest.mark.parametrize("set_id", ["mindspeed-llm-2.0.0", "mindspeed-llm-2.1.0", "mindspeed-llm-2.2.0",
+                                    "mindspeed-llm-2.3.0", "mindspeed-llm-26.0.0", "mindspeed-llm-26.1.0"])
+def test_the_checkpoint_flags_are_megatrons_at_the_pinned_commit(set_id, shipped, stacks, sft_job):
+    """The save / load flags of the SFT train step (the weights-only last save of keep_checkpoints 0 included:
+    --no-save-optim --no-save-rng) are declared by megatron/training/arguments.py at the Megatron-LM commit the
+    set pins (tests/fixtures/frameworks/megatron-args/<commit>, byte for byte)."""
+    bundle = next(b for b in shipped.rows("llm_bundles") if b["id"] == set_id)
+    commit = bundle["commits"]["megatron"]
+    declared = _argparse_flags(FIXTURES / "megatron-args" / commit[:8] / "megatron" / "training" / "arguments.py")
+    p = build(shipped, sft_job(SFT.replace("save_interval: 500", "keep_checkpoints: 0")),
+              _mindspeed_llm_stack(stacks, bundle))
+    words = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", p.files["steps/03-train.sh"]))
+    used = {w for w in words if re.fullmatch(r"--(no-)?(save|load)(-[a-z]+)*|--finetune", w)}
+    assert {"--save", "--load", "--save-interval", "--no-save-optim", "--no-save-rng", "--no-load-optim",
+            "--no-load-rng", "--finetune"} <= used
+    assert used <= declared, sorted(used - declared)
+
+
 def test_a_mindspeed_rl_set_names_no_mindspeed_llm_release_so_gets_no_release_bound_flag(shipped, stacks, sft_job):
     """MindSpeed-RL 2.0.0 carries MindSpeed-LLM 421ef7bc (a commit, no release): job_flags rows do not apply."""
     p = build(shipped, sft_job(SFT), stacks["rl"])
