@@ -6,6 +6,8 @@
               carries which framework
     memory    the per-chip memory estimate a job is checked against the card's HBM
     disk      what a job writes under its output (checkpoints kept, weights, export) and whether it fits
+    dataconv  data conversions a job runs before preprocessing (orz); shipped into the job as tools/dataconv.py,
+              standard library only
     plan      everything validated together -> JobPlan (paths, steps, rendered scripts and configs)
     render    the JobPlan's files from templates/jobs/ (the shq / json / num filters, the template context,
               the Ray ports)

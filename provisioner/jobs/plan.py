@@ -146,6 +146,10 @@ def build(matrix, spec: JobSpec, card: str, chips_per_node: int, nnodes: int = 1
         reasons.append(f"{spec.at('grpo')}: grpo: belongs to mindspeed-rl-grpo jobs, not {kind['id']}")
 
     reasons += data_option_reasons(spec, kind)
+    if spec.train.keep_checkpoints == 0 and not any(s["id"] == "export" for s in kind["steps"]):
+        reasons.append(f"{spec.at('train.keep_checkpoints')}: keep_checkpoints 0 removes the checkpoints once the"
+                       f" final weights are exported, and {kind['id']} jobs export nothing (their checkpoints are"
+                       " the result): keep at least 1")
 
     config_path = spec.model_config or os.path.join(spec.model, "config.json")
     where = spec.at("model_config" if spec.model_config else "model")
@@ -170,6 +174,10 @@ def build(matrix, spec: JobSpec, card: str, chips_per_node: int, nnodes: int = 1
     notes += env_notes
     reasons += env_reasons
     handler = catalog.data_handler(matrix, fw["id"], spec.data.format, spec.at("data.format"))
+    if handler.get("map_keys") and spec.data.map_keys:
+        reasons.append(f"{spec.at('data.map_keys')}: data.map_keys does not apply to format {spec.data.format}: its"
+                       f" conversion writes the fields {handler['handler']} reads; remove it")
+    kind = with_steps_for(kind, handler)
 
     hbm = hbm_mb(matrix, card_row)
     est = memory.estimate(matrix, spec, shape, kind["memory"], precision, hbm["mb"])
@@ -198,7 +206,7 @@ def build(matrix, spec: JobSpec, card: str, chips_per_node: int, nnodes: int = 1
     plan = JobPlan(spec=spec, kind=kind, framework=fw, model_row=model_row, shape=shape,
                    card={"id": card_row["id"], "name": card_row["name"], "family": family["id"]},
                    chips_per_node=chips_per_node, nnodes=nnodes, precision=precision, memory=est,
-                   paths=paths(spec, kind), steps=[], env=env, checkout=checkout, release=release, notes=notes,
+                   paths=paths(spec, kind, handler), steps=[], env=env, checkout=checkout, release=release, notes=notes,
                    scripts=fw_scripts, flags=catalog.flags(matrix, fw, stack),
                    disk=jobdisk.estimate(matrix, spec, shape, kind))
     plan.steps = steps(plan)
@@ -210,6 +218,13 @@ def _default_grpo():
     from provisioner.jobs.spec import Grpo
 
     return Grpo()
+
+
+def with_steps_for(kind: dict, handler: dict) -> dict:
+    """The kind with the steps this data format runs: a step marked `when: convert` only for a format whose
+    job_data_formats row names a conversion (the data step, before preprocessing)."""
+    rows = [r for r in kind["steps"] if r.get("when") != "convert" or handler.get("convert")]
+    return kind if len(rows) == len(kind["steps"]) else {**kind, "steps": rows}
 
 
 def data_option_reasons(spec: JobSpec, kind: dict) -> list[str]:
@@ -309,8 +324,9 @@ def job_env(matrix, kind: dict, spec: JobSpec) -> tuple[dict, list[str], list[st
     return env, notes, reasons
 
 
-def paths(spec: JobSpec, kind: dict) -> dict:
+def paths(spec: JobSpec, kind: dict, handler: dict | None = None) -> dict:
     out = spec.output
+    convert = (handler or {}).get("convert")
     par = spec.parallel
     job_dir = f"{out}/{JOB_DIR}"
     if kind["launcher"] == "msrun":
@@ -326,6 +342,8 @@ def paths(spec: JobSpec, kind: dict) -> dict:
         "logs": f"{job_dir}/logs",
         "model": spec.model,
         "data": spec.data.path,
+        # what preprocessing reads: the data step's output for a format converted first (JSON lines)
+        "data_input": f"{out}/data-{convert}/{convert}.jsonl" if convert else spec.data.path,
         "weights": weights,
         "data_dir": f"{out}/data",
         "data_prefix": f"{out}/data/{spec.data.format}",

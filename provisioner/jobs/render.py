@@ -3,6 +3,7 @@
     templates/jobs/run.sh.j2                    -> run.sh (the driver every node runs)
     templates/jobs/<kind>/<step template>       -> steps/NN-<step>.sh (names from matrices/jobs.yaml)
     templates/jobs/<kind>/configs/<name>.j2     -> configs/<name> (every file there)
+    provisioner/jobs/dataconv.py                -> tools/dataconv.py (a data format converted first)
 
 Values reach shell scripts through the `shq` filter (shell quoting) and YAML configs through `json`
 (a JSON scalar is a valid YAML scalar); the job file was checked before (paths are plain, env values
@@ -17,6 +18,7 @@ from dataclasses import asdict
 TEMPLATES = "jobs"
 RAY_PORT = 6379  # Ray's default GCS port (ray start --head --port); KubeRay uses the same
 RAY_DASHBOARD_PORT = 8265  # Ray's default dashboard / job-submission port
+DATACONV = "tools/dataconv.py"  # provisioner/jobs/dataconv.py, for a data format converted before preprocessing
 
 
 def _env():
@@ -36,11 +38,14 @@ def _num(value) -> str:
 
 
 def context(plan, handler: dict) -> dict:
+    from provisioner.jobs.disk import weights_only_save
+
     spec, shape, par = plan.spec, plan.shape, spec_parallel(plan)
     fw_key = plan.framework["id"].replace("-", "_")
     fwmodel = dict(plan.model_row.get(fw_key) or {})
     tr = asdict(spec.train)
     tr["save_every"] = spec.train.save_every
+    tr["weights_only_save"] = weights_only_save(spec, plan.kind)  # the last save without optimizer / RNG state
     tr["min_lr"] = spec.train.min_lr if spec.train.min_lr is not None else spec.train.lr / 10
     tr["micro_batches"] = spec.train.global_batch_size // (spec.train.micro_batch_size * spec.parallel.data)
     grpo = None
@@ -60,7 +65,10 @@ def context(plan, handler: dict) -> dict:
         "scripts": dict(plan.scripts),
         "flags": sorted(plan.flags),  # templates test for a flag by name (job_flags); the text is the template's
         "data": {"path": spec.data.path, "format": spec.data.format, "handler": handler["handler"],
-                 "map_keys": dict(spec.data.map_keys), "prompt_type": spec.data.prompt_type or fwmodel.get("prompt_type")},
+                 "input": plan.paths["data_input"], "convert": handler.get("convert"),
+                 "map_keys": dict(spec.data.map_keys) or dict(handler.get("map_keys") or {}),
+                 "prompt_type": spec.data.prompt_type or fwmodel.get("prompt_type")},
+        "tools": {"dataconv": f"{plan.paths['job_dir']}/{DATACONV}"},
         "par": par,
         "train": tr,
         "grpo": grpo,
@@ -106,7 +114,16 @@ def files(plan, handler: dict) -> dict[str, str]:
     out["run.sh"] = render(f"{TEMPLATES}/run.sh.j2")
     for name in config_templates(kind):
         out[f"configs/{name[:-3]}"] = render(f"{TEMPLATES}/{kind}/configs/{name}")
+    if handler.get("convert"):
+        out[DATACONV] = dataconv_source()
     return out
+
+
+def dataconv_source() -> str:
+    """provisioner/jobs/dataconv.py as the job runs it (standard library only, so any image's Python runs it)."""
+    from pathlib import Path
+
+    return (Path(__file__).with_name("dataconv.py")).read_text(encoding="utf-8")
 
 
 def config_templates(kind: str) -> list[str]:

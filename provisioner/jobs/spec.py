@@ -25,7 +25,7 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 ENV_VALUE = re.compile(r"^[A-Za-z0-9._+@=,:;/ ^-]*\Z")
 KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
-FORMATS = ("alpaca", "sharegpt")
+FORMATS = ("alpaca", "sharegpt", "orz")  # which framework reads which: matrices/jobs.yaml job_data_formats
 RECOMPUTE = ("none", "full")
 STORAGE = ("shared", "local")
 
@@ -70,7 +70,7 @@ class Train:
     lr: float = 1.25e-6
     min_lr: float | None = None
     save_interval: int | None = None  # None: once, at the last step
-    keep_checkpoints: int = 2  # the newest resumable checkpoints kept; older ones are removed
+    keep_checkpoints: int = 2  # the newest resumable checkpoints kept; older ones are removed; 0: none after the export
     recompute: str = "none"
     seed: int = 1234
     weight_decay: float = 0.0
@@ -197,7 +197,7 @@ def parse(doc, source: str) -> JobSpec:
         lr=_float(tr, "lr", where, "train", Train.lr),
         min_lr=_float(tr, "min_lr", where, "train", None),
         save_interval=_int(tr, "save_interval", where, "train", 1, default=None),
-        keep_checkpoints=_int(tr, "keep_checkpoints", where, "train", 1, default=Train.keep_checkpoints),
+        keep_checkpoints=_int(tr, "keep_checkpoints", where, "train", 0, default=Train.keep_checkpoints),
         recompute=_choice(tr, "recompute", RECOMPUTE, where, "train", "none"),
         seed=_int(tr, "seed", where, "train", 0, default=Train.seed),
         weight_decay=_float(tr, "weight_decay", where, "train", Train.weight_decay),

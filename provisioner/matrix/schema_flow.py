@@ -34,7 +34,7 @@ FLOW_SECTIONS: dict[str, Section] = {
         {"id": STR, "title": STR, "framework": STR, "launcher": enum("torchrun", "ray", "msrun"),
          "memory": enum("megatron", "grpo", "mindformers"),
          "steps": records({"id": STR, "title": STR, "template": STR, "run": enum("once", "distributed", "ray"),
-                           "outputs": list_of(STR)}),
+                           "outputs": list_of(STR)}, {"when": enum("convert")}),
          "env": STR_MAP},
         {"data_options": list_of(enum("map_keys", "prompt_type")), **NOTES},
         doc="framework job kinds: their steps (templates/jobs/<kind>/), launcher, default environment and the"
@@ -61,8 +61,10 @@ FLOW_SECTIONS: dict[str, Section] = {
     "job_data_formats": Section(
         "id",
         {"id": STR, "handler": STR},
-        dict(NOTES),
-        doc="the preprocessing handler per framework and data format (<framework>/<format>)",
+        {"convert": opt(STR), "map_keys": STR_MAP, **NOTES},
+        doc="the preprocessing handler per framework and data format (<framework>/<format>); `convert` names the"
+            " conversion the job runs first (provisioner/jobs/dataconv.py) and `map_keys` the handler's fields in"
+            " its output",
     ),
     "job_memory": Section(
         "id",

@@ -53,10 +53,60 @@ def test_mindformers_keeps_its_checkpoints_with_keep_checkpoint_max(shipped, sta
     assert p.disk["checkpoint_bytes"] == p.shape.params() * 12 and p.disk["checkpoints_held"] == 4
 
 
-def test_keep_checkpoints_must_be_a_whole_number_of_at_least_one(sft_job):
+def test_keep_checkpoints_must_be_a_whole_number(sft_job):
     with pytest.raises(ProvisionError) as exc:
-        sft_job(SFT.replace("save_interval: 500", "save_interval: 500, keep_checkpoints: 0"))
-    assert str(exc.value).endswith("job.yaml:6: train.keep_checkpoints must be a whole number >= 1, got 0")
+        sft_job(SFT.replace("save_interval: 500", "save_interval: 500, keep_checkpoints: -1"))
+    assert str(exc.value).endswith("job.yaml:6: train.keep_checkpoints must be a whole number >= 0, got -1")
+
+
+def _words(script: str) -> set[str]:
+    return set(script.replace("\\\n", " ").split())
+
+
+def test_keep_0_with_one_save_writes_the_last_iteration_without_optimizer_state(shipped, stacks, sft_job):
+    """keep_checkpoints 0 and no save_interval: the only save is the last iteration, nothing resumes from it, so
+    it is written with --no-save-optim --no-save-rng (Megatron's checkpointing.py @ baf94af3 / a845aa7e leaves the
+    optimizer and RNG state out): 2 bytes a parameter instead of 14; the export removes it once the Hugging Face
+    weights are written, and the output keeps those and the converted weights only."""
+    p = build(shipped, sft_job(SFT.replace("save_interval: 500", "keep_checkpoints: 0")), stacks["llm"])
+    params = p.shape.params()
+    d = p.disk
+    assert (d["saves"], d["checkpoints_held"], d["optimizer_state"]) == (1, 1, False)
+    assert d["checkpoint_bytes"] == params * 2 and d["total_bytes"] == 3 * params * 2
+    assert d["kept_bytes"] == 2 * params * 2
+    assert disk.describe(d) == ("about 46 GB: 1 checkpoint of 15 GB without optimizer state (train.keep_checkpoints"
+                                " 0), converted weights 15 GB, final Hugging Face weights 15 GB; 30 GB kept after"
+                                " the export (the checkpoints removed)")
+    train = _words(p.files["steps/03-train.sh"])
+    assert {"--no-save-optim", "--no-save-rng", "--save-interval"} <= train
+    export = p.files["steps/04-export.sh"]
+    assert export.index('publish "$partial/mg2hf" "$out"') < export.index(f"rm -rf {p.paths['checkpoints']}\n")
+    # the default keeps the checkpoints, each with its optimizer state
+    default = build(shipped, sft_job(SFT.replace("save_interval: 500", "")), stacks["llm"])
+    assert "--no-save-optim" not in default.files["steps/03-train.sh"]
+    assert "rm -rf " + default.paths["checkpoints"] not in default.files["steps/04-export.sh"]
+    assert default.disk["kept_bytes"] == default.disk["total_bytes"] and default.disk["optimizer_state"]
+
+
+def test_keep_0_with_saves_on_the_way_keeps_one_resumable_checkpoint_until_the_export(shipped, stacks, sft_job):
+    """With save_interval the saves on the way are for a resume: they keep the optimizer state, the newest one
+    stays while training runs (the pruner keeps 1), and the export step removes the last one."""
+    p = build(shipped, sft_job(SFT.replace("save_interval: 500", "save_interval: 500, keep_checkpoints: 0")),
+              stacks["llm"])
+    d = p.disk
+    assert (d["saves"], d["checkpoints_held"], d["optimizer_state"]) == (4, 2, True)
+    assert d["kept_bytes"] == 2 * p.shape.params() * 2 < d["total_bytes"]
+    assert "--no-save-optim" not in p.files["steps/03-train.sh"]
+    assert "\nkeep_checkpoints=1\n" in p.files["steps/03-train.sh"]
+    assert f"rm -rf {p.paths['checkpoints']}\n" in p.files["steps/04-export.sh"]
+
+
+def test_keep_0_is_refused_where_nothing_is_exported(shipped, stacks, sft_job):
+    """MindSpore Transformers jobs have no export step: their checkpoints are the result."""
+    with pytest.raises(plan.JobRefused) as exc:
+        build(shipped, sft_job(MS_SFT.replace("save_interval: 500", "keep_checkpoints: 0")), stacks["mindformers"])
+    assert ("job.yaml:6: keep_checkpoints 0 removes the checkpoints once the final weights are exported, and"
+            " mindspore-sft jobs export nothing") in str(exc.value)
 
 
 class _Vfs:
@@ -108,7 +158,7 @@ def test_the_train_step_prunes_complete_iterations_beyond_the_newest_kept(kind, 
         p, script = build(shipped, sft_job(), stacks["llm"]), "steps/03-train.sh"
     else:
         p = build(shipped, sft_job((EXAMPLES / "seed000-grpo-qwen25-7b.yaml").read_text()), stacks["rl"], chips=8)
-        script = "steps/03-train.sh"
+        script = next(f"steps/{s.script}" for s in p.steps if s.id == "train")
     text = p.files[script]
     assert text.index("start_pruner\n") < text.index("stop_pruner\n") < text.rindex("prune_checkpoints\n")
     save = tmp_path / "save"

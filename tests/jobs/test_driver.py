@@ -108,6 +108,30 @@ def test_stopped_midway_then_resumed(tmp_path, shipped, stacks):
     assert rc == 0 and "".join(lines).count("skip (outputs present)") == 4
 
 
+def test_keep_0_ends_with_the_final_weights_only(tmp_path, shipped, stacks):
+    """train.keep_checkpoints 0, no save_interval: the one save (the last iteration) is written without optimizer
+    state, the export writes the Hugging Face weights and then removes the checkpoints; a second run skips all."""
+    job = fake_sft_job(tmp_path, steps=4, save=4)
+    job.write_text(job.read_text().replace("save_interval: 4}", "keep_checkpoints: 0}"))
+    p = _plan(shipped, stacks, job)
+    record = tmp_path / "calls.jsonl"
+    env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}", "FAKE_RECORD": str(record),
+           "MASTER_PORT": str(_free_port()), "NPROC_PER_NODE": "4"}
+    rc, lines = _run(p, env)
+    text = "".join(lines)
+    assert rc == 0, text
+    (trainer,) = [c for c in records(record) if c["script"] == "posttrain_gpt.py" and c["rank"] == 0]
+    assert {"--no-save-optim", "--no-save-rng"} <= set(trainer["argv"])
+    assert f"removing the checkpoints in {p.paths['checkpoints']} (train.keep_checkpoints: 0" in text
+    assert not os.path.exists(p.paths["checkpoints"])
+    export = Path(p.paths["export"])
+    assert (export / "model.safetensors").is_file() and (export / "config.json").is_file()
+    assert sorted(os.listdir(p.spec.output)) == ["checkpoints", "data", "hf", "provision-job", "weights"]
+    assert os.listdir(os.path.dirname(p.paths["checkpoints"])) == []  # the job's save dir (tp2-pp1) is gone
+    rc, lines = _run(p, env)
+    assert rc == 0 and "".join(lines).count("skip (outputs present)") == 4
+
+
 def test_a_failing_step_stops_the_job_and_marks_it(tmp_path, shipped, stacks):
     p = _plan(shipped, stacks, fake_sft_job(tmp_path))
     os.unlink(p.spec.data.path)  # preprocess_data.py exits 1: no input

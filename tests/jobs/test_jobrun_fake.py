@@ -256,3 +256,45 @@ def test_a_failed_job_is_explained_after_its_failure_line(engine, host, job, cap
     rc, out, err = launch(capsys, host, job, "--json")
     found = json.loads(out)["explanation"]
     assert found["first_failing_rank"] == 2 and found["cause_id"] == "npu-out-of-memory"
+
+
+def test_a_grpo_job_with_sharegpt_data_is_refused_when_the_job_is_read(engine, host, stacks, tmp_path, capsys):
+    """No MindSpeed-RL release has an R1 ShareGPT handler: `format: sharegpt` stops a GRPO job at --dry-run, in one
+    line naming the job file's line, before any container; `format: orz` (converted by the job's data step) runs."""
+    model = tiny_model(tmp_path / "models" / "tiny")
+    stack = tmp_path / "stack.json"
+    stack.write_text(json.dumps(stacks["rl"]))
+
+    def grpo(fmt: str) -> Path:
+        return write_job(tmp_path / f"job-{fmt}", (
+            f"kind: mindspeed-rl-grpo\nname: tiny-grpo\nmodel: {model}\n"
+            f"data:\n  path: {tmp_path / 'data' / 'orz.json'}\n  format: {fmt}\n"
+            "parallel: {tensor: 1, pipeline: 1, data: 4}\n"
+            "train: {seq_length: 256, global_batch_size: 4, steps: 2}\n"
+            "grpo: {n_samples_per_prompt: 2, max_prompt_length: 128, max_response_length: 128}\n"
+            f"output: {tmp_path / 'out'}\n"), config=None)
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "orz.json").write_text("[]")
+    rc, out, err = launch(capsys, host, grpo("sharegpt"), "--dry-run", "--stack", str(stack))
+    assert rc == 2 and out == "" and err.count("\n") == 1, err
+    assert "job.yaml:6: data format 'sharegpt' has no mindspeed-rl handler (known: alpaca, orz)" in err
+    rc, out, err = launch(capsys, host, grpo("orz"), "--dry-run", "--stack", str(stack))
+    assert rc == 0, err
+    assert [line.split()[1] for line in out.splitlines() if line.startswith("run ")] == [
+        "convert", "data", "preprocess", "train", "export"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_dry_run_shows_what_keep_0_leaves_after_the_export(engine, host, job, capsys):
+    """keep_checkpoints 0 with one save: --dry-run counts that save without optimizer state and says what the
+    output keeps once the export has removed the checkpoints (also in the JSON: disk.kept_bytes)."""
+    job.write_text(job.read_text().replace("steps: 6, save_interval: 2}", "steps: 6, keep_checkpoints: 0}"))
+    rc, out, err = launch(capsys, host, job, "--dry-run")
+    assert rc == 0, err
+    (line,) = [x for x in out.splitlines() if x.startswith("disk: ")]
+    assert "1 checkpoint of" in line and "without optimizer state (train.keep_checkpoints 0)" in line
+    assert "kept after the export (the checkpoints removed)" in line
+    rc, out, err = launch(capsys, host, job, "--dry-run", "--json")
+    d = json.loads(out)["disk"]
+    assert d["optimizer_state"] is False and d["kept_bytes"] < d["total_bytes"]

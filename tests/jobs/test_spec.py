@@ -40,7 +40,7 @@ def _error(tmp_path, text: str, config=QWEN7B_CONFIG) -> str:
     (("/output/qwen25-7b-sft", "/output/../etc"), 7, "no spaces, quotes, variables or '..'"),
     (("/models/Qwen2.5-7B", "/models/$(reboot)"), 3, "give an absolute path"),
     (("name: qwen25-7b-sft", "name: Qwen_SFT"), 2, "use lower-case letters, digits and '-'"),
-    (("format: alpaca", "format: csv"), 4, "data.format must be one of alpaca, sharegpt"),
+    (("format: alpaca", "format: csv"), 4, "data.format must be one of alpaca, sharegpt, orz"),
     (("/data/alpaca_data.json", "/alpaca_data.json"), 4, "put the data file in a directory of its own"),
     (("/data/alpaca_data.json", "/"), 4, "put the data file in a directory of its own"),
     (("save_interval: 500", "save_interval: 5000"), 6, "save_interval 5000 is more than steps 2000"),

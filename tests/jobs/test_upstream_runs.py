@@ -117,13 +117,13 @@ def test_grpo_refuses_sharegpt_data_which_no_mindspeed_rl_handler_reads(shipped,
     R1 alpaca handler only): format sharegpt would fail in preprocess_data.py after the image was started."""
     from tests.jobs.conftest import EXAMPLES
 
-    text = (EXAMPLES / "seed000-grpo-qwen25-7b.yaml").read_text().replace("format: alpaca", "format: sharegpt")
+    text = (EXAMPLES / "seed000-grpo-qwen25-7b.yaml").read_text().replace("format: orz", "format: sharegpt")
     job = sft_job(text)
     from provisioner.errors import ProvisionError
 
     with pytest.raises(ProvisionError) as exc:
         build(shipped, job, stacks["rl"], chips=8)
-    assert str(exc.value).endswith("job.yaml:10: data format 'sharegpt' has no mindspeed-rl handler (known: alpaca)")
+    assert str(exc.value).endswith("job.yaml:12: data format 'sharegpt' has no mindspeed-rl handler (known: alpaca, orz)")
 
 
 def _hydra_overrides(script: str) -> dict[str, str]:
@@ -141,7 +141,7 @@ def test_grpo_reference_model_stays_the_initial_weights_after_a_resume(shipped, 
 
     p = build(shipped, sft_job((EXAMPLES / "seed000-grpo-qwen25-7b.yaml").read_text()), stacks["rl"], chips=8)
     cfg = yaml.safe_load(p.files["configs/grpo.yaml"])
-    overrides = _hydra_overrides(p.files["steps/03-train.sh"])
+    overrides = _hydra_overrides(p.files["steps/04-train.sh"])
     actor_load = overrides["actor_config.load"].strip('"')
     assert actor_load == "$save"  # the resume loads the actor's checkpoints
     assert not any(k.startswith("rl_config.") for k in overrides)
@@ -186,6 +186,25 @@ def test_mindspeed_llm_sft_pads_to_the_batch_not_the_sequence_length_where_the_r
         assert "--variable-seq-lengths" in declared  # the fixture is the right file
     assert ("--no-pad-to-seq-lengths" in words) == (set_id not in ("mindspeed-llm-2.0.0", "mindspeed-llm-2.1.0",
                                                                     "mindspeed-llm-2.2.0"))
+
+
+@pytest.mark.filterwarnings("ignore:invalid escape sequence")  # upstream's source text, parsed with ast
+@pytest.mark.parametrize("set_id", ["mindspeed-llm-2.0.0", "mindspeed-llm-2.1.0", "mindspeed-llm-2.2.0",
+                                    "mindspeed-llm-2.3.0", "mindspeed-llm-26.0.0", "mindspeed-llm-26.1.0"])
+def test_the_checkpoint_flags_are_megatrons_at_the_pinned_commit(set_id, shipped, stacks, sft_job):
+    """The save / load flags of the SFT train step (the weights-only last save of keep_checkpoints 0 included:
+    --no-save-optim --no-save-rng) are declared by megatron/training/arguments.py at the Megatron-LM commit the
+    set pins (tests/fixtures/frameworks/megatron-args/<commit>, byte for byte)."""
+    bundle = next(b for b in shipped.rows("llm_bundles") if b["id"] == set_id)
+    commit = bundle["commits"]["megatron"]
+    declared = _argparse_flags(FIXTURES / "megatron-args" / commit[:8] / "megatron" / "training" / "arguments.py")
+    p = build(shipped, sft_job(SFT.replace("save_interval: 500", "keep_checkpoints: 0")),
+              _mindspeed_llm_stack(stacks, bundle))
+    words = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", p.files["steps/03-train.sh"]))
+    used = {w for w in words if re.fullmatch(r"--(no-)?(save|load)(-[a-z]+)*|--finetune", w)}
+    assert {"--save", "--load", "--save-interval", "--no-save-optim", "--no-save-rng", "--no-load-optim",
+            "--no-load-rng", "--finetune"} <= used
+    assert used <= declared, sorted(used - declared)
 
 
 def test_a_mindspeed_rl_set_names_no_mindspeed_llm_release_so_gets_no_release_bound_flag(shipped, stacks, sft_job):
@@ -313,7 +332,7 @@ def test_grpo_raises_the_open_file_limit_and_keeps_tensorboard_under_the_output(
 
     p = build(shipped, sft_job((EXAMPLES / "seed000-grpo-qwen25-7b-2nodes.yaml").read_text()), stacks["rl"], chips=8,
               nnodes=2)
-    train = p.files["steps/03-train.sh"]
+    train = p.files["steps/04-train.sh"]
     worker_branch = train.index('if [ "$NODE_RANK" != 0 ]')
     assert train.index("ulimit -n 32768") < worker_branch and train.index("ln -sfn") < worker_branch
     m = re.search(r"(?ms)^# TensorBoard:.*?^fi\n", train)

@@ -1,7 +1,8 @@
 """Fake MindSpeed-LLM posttrain_gpt.py under torchrun: every rank joins a gloo process group and checks the
 world size; rank 0 "trains" --train-iters iterations (FAKE_STEP_SECONDS each), saving a Megatron
 checkpoint every --save-interval iterations and at the end, and resumes from --load as Megatron does
-(without --finetune, from the tracker's iteration)."""
+(without --finetune, from the tracker's iteration). As Megatron's checkpointing.py (@ baf94af3 / a845aa7e) with the
+distributed optimizer: model_optim_rng.pt, and distrib_optim.pt (the optimizer state) unless --no-save-optim."""
 
 import os
 import sys
@@ -34,7 +35,10 @@ for it in range(start + 1, iters + 1):
     if rank == 0:
         print(f" iteration {it}/{iters} | lm loss: {2.0 / it:.4f}", flush=True)
         if it % every == 0 or it == iters:
-            write(os.path.join(save, f"iter_{it:07d}", "mp_rank_00", "model_optim_rng.pt"), f"{it}\n")
+            ckpt = os.path.join(save, f"iter_{it:07d}", "mp_rank_00")
+            write(os.path.join(ckpt, "model_optim_rng.pt"), f"{it}\n")
+            if "--no-save-optim" not in argv:
+                write(os.path.join(ckpt, "distrib_optim.pt"), f"optimizer state {it}\n")
             write(os.path.join(save, "latest_checkpointed_iteration.txt"), str(it))
     dist.barrier()
 dist.destroy_process_group()

@@ -77,7 +77,7 @@ wait_for() {  # id outputs...: another node's step, on shared storage
   say "step $id: done on node 0"
 }
 
-say "job qwen25-7b-grpo: node $NODE_RANK of 1, 4 steps"
+say "job qwen25-7b-grpo: node $NODE_RANK of 1, 5 steps"
 
 # step 1: convert - HF -> Megatron-mcore weights for the actor's TP/PP (once)
 if have /output/qwen25-7b-grpo/weights/mcore-tp4-pp1/latest_checkpointed_iteration.txt; then
@@ -93,25 +93,39 @@ else
 fi
 [ "$stopping" = 1 ] && exit 143
 
-# step 2: preprocess - prompts -> indexed dataset (R1 handler) (once)
-if have /output/qwen25-7b-grpo/data/alpaca_packed_input_ids_document.idx; then
-  say "step preprocess: skip (outputs present)"
+# step 2: data - data -> prompt/answer JSON lines (formats the handler cannot read as they are) (once)
+if have /output/qwen25-7b-grpo/data-orz/orz.jsonl; then
+  say "step data: skip (outputs present)"
 elif [ "$NODE_RANK" != 0 ] && [ "$STORAGE" = shared ]; then
-  wait_for preprocess /output/qwen25-7b-grpo/data/alpaca_packed_input_ids_document.idx || exit $?
+  wait_for data /output/qwen25-7b-grpo/data-orz/orz.jsonl || exit $?
 else
-  run_step preprocess steps/02-preprocess.sh || exit $?
-  if ! have /output/qwen25-7b-grpo/data/alpaca_packed_input_ids_document.idx; then
-    say "step preprocess: exited 0 but its outputs are missing: /output/qwen25-7b-grpo/data/alpaca_packed_input_ids_document.idx"
+  run_step data steps/02-data.sh || exit $?
+  if ! have /output/qwen25-7b-grpo/data-orz/orz.jsonl; then
+    say "step data: exited 0 but its outputs are missing: /output/qwen25-7b-grpo/data-orz/orz.jsonl"
     exit 1
   fi
 fi
 [ "$stopping" = 1 ] && exit 143
 
-# step 3: train - Ray cluster + cli/train_grpo.py on the head (ray)
+# step 3: preprocess - prompts -> indexed dataset (R1 handler) (once)
+if have /output/qwen25-7b-grpo/data/orz_packed_input_ids_document.idx; then
+  say "step preprocess: skip (outputs present)"
+elif [ "$NODE_RANK" != 0 ] && [ "$STORAGE" = shared ]; then
+  wait_for preprocess /output/qwen25-7b-grpo/data/orz_packed_input_ids_document.idx || exit $?
+else
+  run_step preprocess steps/03-preprocess.sh || exit $?
+  if ! have /output/qwen25-7b-grpo/data/orz_packed_input_ids_document.idx; then
+    say "step preprocess: exited 0 but its outputs are missing: /output/qwen25-7b-grpo/data/orz_packed_input_ids_document.idx"
+    exit 1
+  fi
+fi
+[ "$stopping" = 1 ] && exit 143
+
+# step 4: train - Ray cluster + cli/train_grpo.py on the head (ray)
 if have /output/qwen25-7b-grpo/provision-job/train.complete; then
   say "step train: skip (outputs present)"
 else
-  run_step train steps/03-train.sh || exit $?
+  run_step train steps/04-train.sh || exit $?
   if ! have /output/qwen25-7b-grpo/provision-job/train.complete; then
     say "step train: exited 0 but its outputs are missing: /output/qwen25-7b-grpo/provision-job/train.complete"
     exit 1
@@ -119,13 +133,13 @@ else
 fi
 [ "$stopping" = 1 ] && exit 143
 
-# step 4: export - Megatron-mcore -> HF weights (once)
+# step 5: export - Megatron-mcore -> HF weights (once)
 if have /output/qwen25-7b-grpo/hf/config.json; then
   say "step export: skip (outputs present)"
 elif [ "$NODE_RANK" != 0 ] && [ "$STORAGE" = shared ]; then
   wait_for export /output/qwen25-7b-grpo/hf/config.json || exit $?
 else
-  run_step export steps/04-export.sh || exit $?
+  run_step export steps/05-export.sh || exit $?
   if ! have /output/qwen25-7b-grpo/hf/config.json; then
     say "step export: exited 0 but its outputs are missing: /output/qwen25-7b-grpo/hf/config.json"
     exit 1

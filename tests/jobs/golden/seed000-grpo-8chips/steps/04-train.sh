@@ -81,7 +81,8 @@ fi
 # Keep the newest 2 checkpoint(s) (train.keep_checkpoints): Megatron writes <save>/iter_NNNNNNN,
 # names it in the tracker once every rank has saved, and never removes an older one, though each holds the
 # optimizer and RNG state (14 bytes a parameter). Node 0 removes the oldest complete iterations (at or below
-# the tracker's) beyond the newest kept, while training runs and once it has ended.
+# the tracker's) beyond the newest kept, while training runs and once it has ended. With keep_checkpoints 0 the
+# newest stays until the export step has written the final weights (a stopped job resumes from it).
 keep_checkpoints=2
 prune_checkpoints() {
   local latest d n i count=0
