@@ -41,7 +41,8 @@
         docs/zh/release_notes_llm.md, "MindSpeed LLM软件版本配套表") at each commit:
         per release the CANN, torch, torch_npu, Python and package (triton-ascend)
         versions. `matrix verify` holds the framework sets of that kind and their
-        locks to them. Writes matrices/snapshots/release-pins.json (other commits stay).
+        locks to them. Writes matrices/snapshots/release-pins.json (other commits stay;
+        a commit read again keeps its hand-written "notes": release -> key -> text).
 
     python scripts/refresh_snapshots.py env NAME URL COPY [--read TEXT] [--families F,F --after TEXT]
         One launch variable's CANN environment-variable reference page: URL is the page
@@ -220,8 +221,11 @@ def cmd_pins(args) -> None:
         rows = snapshot.extract_release_pins(git(args.git_dir, "show", f"{sha}:{args.file}"))
         if not rows:
             sys.exit(f"{args.repo}@{sha[:12]}: {args.file} has no release version table")
-        current["sources"][f"{args.repo}@{sha[:12]}"] = {
-            "read": f"github {args.repo} @ {sha[:12]} ({day}): {args.file}", "kind": args.kind, "rows": rows}
+        key = f"{args.repo}@{sha[:12]}"
+        notes = (current["sources"].get(key) or {}).get("notes")  # kept by hand: re-reading keeps them
+        current["sources"][key] = {
+            "read": f"github {args.repo} @ {sha[:12]} ({day}): {args.file}", "kind": args.kind, "rows": rows,
+            **({"notes": notes} if notes else {})}
         print(f"{args.repo}@{sha[:12]}: {len(rows)} releases ({', '.join(rows)})")
     current["updated"] = datetime.date.today().isoformat()
     dump(snapshot.snapshot_path("release-pins.json"), current)

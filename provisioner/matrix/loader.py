@@ -3,7 +3,8 @@
 Layers, later ones winning: ``matrices/*.yaml`` shipped with the package, then
 each path in ``PROVISION_MATRIX`` (os.pathsep-separated), then ``--matrix``
 paths. A path is a YAML file or a directory of them. Within one layer a key may
-appear once; a later layer replaces the fields it names in a row with the same
+appear once (an ``images`` row's key is its CANN plus whether it is ``listed``: a
+CANN's listed tags and its tags published earlier are two rows); a later layer replaces the fields it names in a row with the same
 key, adds new rows, or drops a row (``remove: true``).
 
 The validated result is cached as JSON (keyed by the files' sizes and mtimes),
@@ -46,6 +47,16 @@ def _row_key(section: str, value) -> tuple | str:
         except ValueError:  # VersionError
             return str(value)
     return str(value).lower()
+
+
+def _key_of(section: str, row) -> tuple | str:
+    """The key a row of `section` is merged and looked up by (see the module docstring for images)."""
+    from provisioner.matrix import schema
+
+    key = _row_key(section, row.get(schema.SECTIONS[section].key))
+    if section == "images" and row.get("listed") is False:
+        return (key, "unlisted")
+    return key
 
 
 def _files(path: str) -> list[str]:
@@ -161,7 +172,12 @@ def _build(layers, lenient: bool = False) -> dict:
                 spec = schema.SECTIONS[section]
                 for row in rows:
                     schema.check_row(section, row)
-                    key = _row_key(section, row.get(spec.key))
+                    key = _key_of(section, row)
+                    if (section == "images" and layer_name != "shipped" and "listed" not in row
+                            and key not in merged[section]):
+                        key = (key, "unlisted")  # an overlay naming only the CANN changes its unlisted row
+                        if key not in merged[section]:
+                            key = key[0]
                     if (section, key) in seen:
                         raise MatrixError(
                             f"{row.where(spec.key)}: duplicate {section} {spec.key} {row.get(spec.key)!r}"
@@ -221,7 +237,7 @@ def _cross_check(data: dict, merged: dict, lenient: bool = False) -> list[dict]:
     from provisioner.matrix import schema
 
     def fail(section: str, row: dict, key: str, msg: str) -> NoReturn:
-        node = merged[section].get(_row_key(section, row[schema.SECTIONS[section].key]))
+        node = merged[section].get(_key_of(section, row))
         where = node.where(key) if node is not None else row["_at"]
         raise MatrixError(f"{where}: {msg}")
 
@@ -235,7 +251,7 @@ def _cross_check(data: dict, merged: dict, lenient: bool = False) -> list[dict]:
                 if re.fullmatch(r"[A-Z][A-Z0-9-]*", src) and src not in source_ids:
                     if not lenient:
                         fail(section, row, "source", f"unknown source id {src!r} (define it under 'sources:')")
-                    node = merged[section].get(_row_key(section, row[schema.SECTIONS[section].key]))
+                    node = merged[section].get(_key_of(section, row))
                     problems.append({"section": section, "key": row[schema.SECTIONS[section].key], "source": src,
                                      "at": node.where("source") if node is not None else row["_at"]})
 

@@ -23,7 +23,8 @@ live equivalents:
 * ``release-pins.json`` - per framework repository and commit, the version
   table of its release notes (MindSpeed-LLM ``docs/zh/release_notes_llm.md``):
   per release the CANN, torch, torch_npu, Python and package versions (e.g.
-  triton-ascend) it is paired with.
+  triton-ascend) it is paired with, and ``notes`` (release -> key -> text, kept
+  by hand) where another file of the repository said otherwise and which won.
 
 ``Facts`` holds them in one shape, whether read from the snapshots (offline,
 the default) or from the index through the user's pip settings (``--online``).
@@ -71,7 +72,7 @@ class Facts:
     registry_tags: set | None = None  # a registry's own tag list (verify --image-tags)
     names: dict = field(default_factory=dict)  # "owner/repo@commit" -> {"read", "classes", "files"}
     env_ref: dict = field(default_factory=dict)  # variable -> {"page", "read", "quote", "kind", ...} or {"unchecked"}
-    release_pins: dict = field(default_factory=dict)  # "owner/repo@commit" -> {"read", "kind", "rows"}
+    release_pins: dict = field(default_factory=dict)  # "owner/repo@commit" -> {"read", "kind", "rows", "notes"}
     dates: dict = field(default_factory=dict)  # snapshot file -> the day its facts were read (YYYY-MM-DD)
 
     def releases(self, project: str) -> dict[str, list[Wheel]]:

@@ -14,7 +14,9 @@ recorded or live fact can confirm or refute:
   ``derived`` pairing must follow its rule (the CANN its TorchNPU release is
   paired with); ``unconfirmed`` rows are listed, not failed;
 * images: listed tags must be in today's tag list; ``listed: false`` rows must
-  not be, and those citing the scan reports must be named by them;
+  not be, and those citing the scan reports must be named by them; every tag of
+  today's list (of a CANN the matrix knows) and every tag the scan reports name
+  must be a row's;
 * sources: every ``source:`` item is a defined id, a URL, or a repository
   reference, and every id defined is used;
 * driver ranges against the release notes' HDK tables, job handler and script
@@ -330,6 +332,11 @@ class Verifier:
             if cann.lower() in cann_known:
                 self.add("image", f"image {tag}", "tags", "absent", "listed",
                          f"today's list has it: {self.f.image_sources.get('listed')}", "matrices/images.yaml", ok=False)
+        for tag in sorted(self.f.scanned_tags - known):
+            self.add("image", f"image {tag}", "tags", "absent", "scanned",
+                     f"the scan reports name it: {self.f.image_sources.get('scanned')}; add it (listed: false, "
+                     "source CCI-SCAN; a pre-release CANN as a status alpha/beta row)", "matrices/images.yaml",
+                     ok=False)
 
     def sources(self):
         ids = {r["id"] for r in self.m.rows("sources")}

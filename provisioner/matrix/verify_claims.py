@@ -245,8 +245,11 @@ def lock_pins(v) -> None:
             if not pins:
                 continue
             subject, at = f"llm_bundles {row['id']}", row["_at"]
+            notes = (rec.get("notes") or {}).get(row.get("release")) or {}
             for key, want in sorted(pins.items()):
                 says = f"{rec['read']} pairs {rec['kind']} {row['release']} with {key} {want}"
+                if notes.get(key):
+                    says += f" ({notes[key]})"
                 if key == "cann":
                     have = row.get("cann") or []
                     v.add("lock-pin", subject, "cann", ", ".join(have) or "none", want, says, at,

@@ -158,3 +158,29 @@ def test_the_second_audit_rows_corrected_against_the_reference(m):
     # torch_npu defaults the Ascend Extension for PyTorch reference states (7.2.0 Envir_006, 7.1.0 Envir_023)
     rules = launchvars.rules(m)
     assert (rules["ASCEND_LAUNCH_BLOCKING"]["default"], rules["TORCH_HCCL_ZERO_COPY"]["default"]) == ("0", "0")
+
+
+def test_torch_npu_and_collective_rows_checked_against_their_pages(m):
+    """issue 26.2, the variables left unchecked before: torch_npu's own (Ascend/pytorch at tag v26.1.0-pytorch2.7.1
+    and master @9e73e708, OptionsManager.cpp), HCCL_ALGO (CANN 8.5 envref_07_0079), ASCEND_RT_VISIBLE_DEVICES (CANN
+    9.1.0.beta2 envref_07_0028), GLOO_SOCKET_IFNAME (PyTorch distributed docs); each page in env-reference.json."""
+    from provisioner.matrix import snapshot
+
+    rules = launchvars.rules(m)
+    # the defaults the pages state (none was recorded before)
+    assert {n: rules[n].get("default") for n in ("TORCH_HCCL_ASYNC_ERROR_HANDLING", "TORCH_HCCL_BLOCKING_WAIT",
+                                                 "TORCH_HCCL_DESYNC_DEBUG", "HCCL_DESYNC_DEBUG", "COMBINED_ENABLE")} == {
+        "TORCH_HCCL_ASYNC_ERROR_HANDLING": "1", "TORCH_HCCL_BLOCKING_WAIT": "0", "TORCH_HCCL_DESYNC_DEBUG": "0",
+        "HCCL_DESYNC_DEBUG": "0", "COMBINED_ENABLE": "0"}
+    # the TORCH_HCCL_* names are read by torch_npu master only; the released v26.1.0 tags read the HCCL_* names
+    assert "master after v26.1.0" in rules["TORCH_HCCL_ASYNC_ERROR_HANDLING"]["notes"]
+    assert "v26.1.0 tags read HCCL_DESYNC_DEBUG" in rules["TORCH_HCCL_DESYNC_DEBUG"]["notes"]
+    # torch_npu accepts 0-3 (CleanUpOnly, SkipCleanUp included) under the new name
+    assert launchvars.check(m, {"TORCH_HCCL_ASYNC_ERROR_HANDLING": "3"}) == []
+    # Gloo takes several interfaces, comma-separated
+    assert launchvars.check(m, {"GLOO_SOCKET_IFNAME": "eth0,eth1"}) == []
+    env = json.load(open(snapshot.snapshot_path("env-reference.json"), encoding="utf-8"))["variables"]
+    unchecked = {n for n, rec in env.items() if not rec.get("page")}
+    assert unchecked == {"CUDA_DEVICE_MAX_CONNECTIONS", "HCCL_ALLTOALL_Z_COPY", "HCCL_HOST_RDMA_ENABLE",
+                         "HCCL_P2P_DISABLE"}
+    assert "only compares it with \"1\"" in env["CUDA_DEVICE_MAX_CONNECTIONS"]["unchecked"]

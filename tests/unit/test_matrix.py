@@ -150,3 +150,12 @@ def test_warm_cache_skips_yaml(tmp_path):
     first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     second = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert json.loads(first.stdout) is True and json.loads(second.stdout) is False
+
+
+def test_200t_a2_box16_takes_16_processors_in_two_rings():
+    """issue 26.3: MindCluster 7.3.0 dl_affinity_0016 (Box16 allocation constraints: 1-8 in one HCCS ring, 10/12/14
+    over two rings, 16 = the whole node) confirms chips_per_server 16; it was unconfirmed."""
+    m = loader.load(use_cache=False)
+    [card] = [c for c in m.rows("cards") if c["id"] == "200T-A2"]
+    assert card["chips_per_server"] == 16 and "chips_per_server" not in card.get("unconfirmed", [])
+    assert "MINDCLUSTER-BOX16" in card["source"]

@@ -145,6 +145,23 @@ def test_image_claims(facts, tmp_path):
     assert ("image 8.0.rc2-910b-ubuntu22.04-py3.13", "scanned") in bad  # not named by the scan reports
 
 
+
+def test_every_scanned_tag_is_a_row_and_a_missing_one_is_reported(facts, tmp_path):
+    """issue 26.3: the 15 tags the scan reports name that matrices/images.yaml left out (7.0.1.beta1, 8.0.rc2.alpha003,
+    8.0.rc3.alpha002, 8.1.RC1.alpha002, upper-case 8.1.RC1) are rows now, and verify reports a scanned tag without one."""
+    m = loader.load(use_cache=False)
+    known = {f"{r['cann']}-{t}" for r in m.rows("images") for t in r["tags"]}
+    assert facts.scanned_tags <= known
+    # a CANN's listed tags and its tags published earlier are two rows with one CANN
+    rows = [r for r in m.rows("images") if r["cann"] == "8.1.RC1.alpha002"]
+    assert sorted(r.get("listed", True) for r in rows) == [False, True]
+    # the pre-release CANN rows they need are alpha/beta, which a stack uses only when named
+    assert {m.cann(c)["status"] for c in ("7.0.1.beta1", "8.0.rc2.alpha003", "8.0.rc3.alpha002")} == {"alpha", "beta"}
+    report = check(facts, 'images:\n  - {cann: "8.0.rc3.alpha002", listed: false, remove: true}\n', tmp_path)
+    bad = {(c.subject, c.field, c.found) for c in report.mismatches if c.check == "image"}
+    assert bad == {(f"image 8.0.rc3.alpha002-910b-{os}-py3.9", "tags", "scanned")
+                   for os in ("openeuler22.03", "ubuntu22.04")}
+
 def test_image_tags_against_a_registry_list(tmp_path):
     tags = tmp_path / "tags.json"
     d = json.loads((ROOT / "matrices/snapshots/cann-images.json").read_text())

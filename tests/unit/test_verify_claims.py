@@ -217,6 +217,19 @@ def test_a_planted_wrong_lock_pin_is_reported(facts, tmp_path):
     assert "MindSpeed-LLM @ 2b7130ca7bea" in c.evidence and "release_notes_llm.md" in c.evidence
 
 
+
+def test_the_26_1_0_triton_ascend_claim_says_which_file_holds_and_why(facts, tmp_path):
+    """issue 26.4: the release notes @ 2b7130ca pair 26.1.0 with triton-ascend 3.2.2, the install guide at that tag
+    shows 3.2.1; the 26.1.0 branch corrected the guide to 3.2.2 (04ac75c14519). The claim's evidence says so."""
+    [c] = [c for c in report(facts, tmp_path).claims if c.subject == ENV_2610 and c.field == "triton-ascend"]
+    assert c.found == "3.2.2"
+    assert "install_guide.md @ 2b7130ca" in c.evidence and "triton-ascend==3.2.1" in c.evidence
+    assert "corrected it to 3.2.2 in 04ac75c14519" in c.evidence and "lock 3.2.2" in c.evidence
+    # a note only where the snapshot keeps one: 26.0.0's claim has none
+    [c26] = [c for c in report(facts, tmp_path).claims
+             if c.subject == "framework_envs mindspeed-llm-26.0.0-torch2.7.1-py3.10" and c.field == "triton-ascend"]
+    assert "corrected" not in c26.evidence
+
 def test_a_planted_wrong_cann_pairing_is_reported(facts, tmp_path):
     bad = report(facts, tmp_path, "llm_bundles:\n  - id: mindspeed-llm-2.3.0\n    cann: [8.3.RC1]\n").mismatches
     [c] = [c for c in bad if c.check == "lock-pin" and not known(c)]
