@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from provisioner.launch.torchrun import Target
+from provisioner.devices.torchrun import Target
 from provisioner.train import allreduce, selftest
 from tests.train import npu_fake
 from tests.train.conftest import write_config

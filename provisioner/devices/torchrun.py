@@ -1,7 +1,9 @@
 """What a launched container runs: the torchrun command line and the environment, from a DevicePlan.
 
 Pure functions (no engine, no torch), so the exact command and environment are
-unit-tested and shown in `provision launch --json` before anything starts.
+unit-tested and shown in `provision launch --json` before anything starts. One builder
+for every place a plan's training runs: `provision launch` (launch/) and the pods of
+`provision k8s` (devices/k8s.py) start the same torchrun line.
 """
 
 from __future__ import annotations
