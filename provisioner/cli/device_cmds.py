@@ -207,7 +207,9 @@ def cdi_cmd(overlays, as_json, output, fmt, **kw):
 @click.option("--volcano", is_flag=True, help="A Volcano Job (batch.volcano.sh/v1alpha1) instead of a batch/v1 Job (not with --job).")
 @click.option("--name", default="provision-train", show_default=True, help="Job name (also the Service / subdomain); --job takes the job file's name.")
 @click.option("--namespace", help="metadata.namespace of every manifest.")
-@click.option("--config", help="Trainer config path inside the container (default command: provision-train --config PATH).")
+@click.option("--config", "config_file", type=click.Path(), metavar="FILE",
+              help="Trainer config on this machine: checked against the trainer's schema, shipped in a ConfigMap and"
+                   " mounted read-only where the pods' trainer reads it (without it: /workspace/train.yaml in the image).")
 @click.option("--output", "-o", help="Write the manifests here instead of stdout.")
 @click.option("--job", "job_file", type=click.Path(), metavar="FILE",
               help="A framework job file: a Volcano Job (torchrun / msrun kinds) or a KubeRay RayJob (GRPO) running its steps.")
@@ -217,11 +219,15 @@ def cdi_cmd(overlays, as_json, output, fmt, **kw):
 @json_option
 @click.argument("image")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def k8s_cmd(overlays, as_json, image, command, volcano, name, namespace, config, output, job_file, stack_file, pvcs, **kw):
+def k8s_cmd(overlays, as_json, image, command, volcano, name, namespace, config_file, output, job_file, stack_file, pvcs,
+            **kw):
     """Render a Kubernetes Job (or Volcano Job) requesting the chips, with read-only driver mounts and /dev/shm.
 
     --devices gives the chip count per pod (and the host the mounts are read
-    from); the device plugin chooses the chips. --job FILE renders a framework
+    from); the device plugin chooses the chips. Each pod runs torchrun with one
+    worker per chip around the bundled trainer (as provision launch does);
+    across --nnodes pods it meets at the first pod. A COMMAND after `--` runs
+    instead. --config FILE ships the trainer config. --job FILE renders a framework
     job instead: its scripts in a ConfigMap and a Volcano Job or KubeRay RayJob
     (--nnodes pods) that runs them, resumable after a restart.
     """
@@ -240,7 +246,7 @@ def k8s_cmd(overlays, as_json, image, command, volcano, name, namespace, config,
     if not job_file and (stack_file or pvcs):
         raise ProvisionError("--stack and --pvc go with --job")
     name_given = click.get_current_context().get_parameter_source("name") != ParameterSource.DEFAULT
-    if job_file and (command or config or name_given or volcano):
+    if job_file and (command or config_file or name_given or volcano):
         raise ProvisionError("--job runs the job's own steps: give no COMMAND, --config, --name or --volcano"
                              " (the job file's name: and kind decide the names and the manifest kind)")
     spec = None
@@ -250,6 +256,7 @@ def k8s_cmd(overlays, as_json, image, command, volcano, name, namespace, config,
 
         spec = jobspec.load(job_file)
         claims = jobk8s.parse_pvc(pvcs)
+    config_text = k8s.trainer_config(config_file) if config_file else None
     m = loader.load(list(overlays or ()))
     opts = plan_options(m, kw, check_in_use=False)
     try:
@@ -258,8 +265,9 @@ def k8s_cmd(overlays, as_json, image, command, volcano, name, namespace, config,
         return refuse(K8S_SCHEMA, exc, as_json)
     if spec is not None:
         return _k8s_job(m, spec, plan, image, stack_file, claims, namespace, output, kw, as_json)
-    docs = k8s.manifests(plan, image, list(command), name=name, volcano=volcano, config=config, namespace=namespace)
-    text = k8s.render(docs, plan, volcano)
+    docs = k8s.manifests(plan, image, list(command), name=name, volcano=volcano, config_text=config_text,
+                         namespace=namespace)
+    text = k8s.render(docs, plan, volcano, config_file, custom=bool(command))
     if output:
         _write(output, text)
     if as_json:

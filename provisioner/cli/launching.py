@@ -20,9 +20,9 @@ def main(overlays, as_json, image, check, check_only, selftest, module, script, 
     from provisioner import validate
     from provisioner.cli.options import multi_node, plan_options
     from provisioner.devices import plan as devices
+    from provisioner.devices import torchrun
     from provisioner.errors import ProvisionError
     from provisioner.launch import run as launch
-    from provisioner.launch import torchrun
     from provisioner.matrix import loader
 
     validate.image_ref(image, "--image")
@@ -198,8 +198,8 @@ def report(doc: dict, as_json: bool, prog: str, describe, exit_code) -> int:
 
 
 def _target(module, script, exec_, check_only, args):
+    from provisioner.devices import torchrun
     from provisioner.errors import ProvisionError
-    from provisioner.launch import torchrun
 
     chosen = [flag for flag, on in (("--module", module), ("--script", script), ("--exec", exec_)) if on]
     if len(chosen) > 1:

@@ -50,9 +50,9 @@ def selftest_cmd(overlays, as_json, image, config, env, mode, user, keep, prefli
 
     from provisioner.cli.options import multi_node, plan_options
     from provisioner.devices import plan as devices
+    from provisioner.devices import torchrun
     from provisioner.errors import ProvisionError
     from provisioner.launch import run as launch
-    from provisioner.launch import torchrun
     from provisioner.matrix import loader as matrix
 
     bad = [o for o in overrides if "=" not in o or o.startswith("-")]

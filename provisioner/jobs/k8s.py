@@ -132,7 +132,7 @@ def _job_pod(jplan, dplan: DevicePlan, image: str, labels: dict, rank_field: str
     pod = dk8s.pod_template(dplan, image, [], labels, rank_field, master, subdomain)
     spec = pod["spec"]
     c = spec["containers"][0]
-    c.pop("command")
+    c.pop("args")
     c["name"] = container_name
     c["args"] = list(args)  # the image's entrypoint (CANN environment) stays in front
     # The job kind's and the job file's variables win over the device plan's defaults, as in `launch --job`.

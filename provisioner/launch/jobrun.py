@@ -22,11 +22,12 @@ import time
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from provisioner.devices import torchrun
 from provisioner.devices.plan import DevicePlan
 from provisioner.engine.base import Engine
 from provisioner.engine.types import ImageInfo
 from provisioner.errors import ProvisionError
-from provisioner.launch import container, torchrun
+from provisioner.launch import container
 from provisioner.launch import run as launch
 
 TYPE_CHECKING = False

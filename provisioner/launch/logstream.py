@@ -13,7 +13,7 @@ import re
 from collections import deque
 from collections.abc import Iterable
 
-from provisioner.launch.torchrun import RANK_LINE
+from provisioner.devices.torchrun import RANK_LINE
 
 # A Python exception line as a worker prints it (after the rank prefix, if any).
 # `python -m missing.module` says only this (no exception line).

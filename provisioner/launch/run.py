@@ -23,13 +23,13 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TextIO
 
-from provisioner.devices import runline
+from provisioner.devices import runline, torchrun
 from provisioner.devices.plan import DevicePlan
 from provisioner.engine.base import Engine
 from provisioner.engine.errors import EngineError, EngineUnavailable, ImageNotFound, short
 from provisioner.engine.types import ImageInfo
 from provisioner.errors import ProvisionError
-from provisioner.launch import logstream, torchrun
+from provisioner.launch import logstream
 from provisioner.launch.collective import SCHEMA as COLLECTIVE_SCHEMA
 from provisioner.launch.container import STOP_TIMEOUT_S, RunResult, SignalGuard, run_container, say
 

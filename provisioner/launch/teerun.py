@@ -22,7 +22,7 @@ unchanged.
 
 Images built by this project say they carry this module (the label
 org.provision.launcher, provisioner/image/labels.py); `provision launch` uses
-it only then (provisioner/launch/torchrun.py) and runs plain `torchrun` in any
+it only then (provisioner/devices/torchrun.py) and runs plain `torchrun` in any
 other image. torch is imported only when the module runs.
 """
 

@@ -154,8 +154,14 @@ CHOICES: dict[str, tuple[str, ...]] = {
 _PATH_LISTS = ("data", "eval_data")
 
 
-def load_config(path: str | os.PathLike | None, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
-    """Read ``path`` (may be None when everything comes as overrides), apply overrides, validate."""
+def load_config(path: str | os.PathLike | None, overrides: list[str] | tuple[str, ...] = (),
+                local: bool = True) -> TrainConfig:
+    """Read ``path`` (may be None when everything comes as overrides), apply overrides, validate (``local``:
+    see validate)."""
+    return _load(path, overrides, local)[0]
+
+
+def _load(path, overrides, local: bool) -> tuple[TrainConfig, dict[str, Any]]:
     raw: dict[str, Any] = {}
     if path is not None:
         raw = _read_yaml(Path(path))
@@ -163,8 +169,24 @@ def load_config(path: str | os.PathLike | None, overrides: list[str] | tuple[str
         key, value = _parse_override(item)
         _set_dotted(raw, key, value)
     cfg = from_dict(raw)
-    validate(cfg)
-    return cfg
+    validate(cfg, local)
+    return cfg, raw
+
+
+def portable_text(path: str | os.PathLike) -> str:
+    """The config file for a run on other machines (a Kubernetes ConfigMap; no torch needed): checked as
+    load_config checks it, except for what only the machine that runs it can answer (local=False), and
+    written back as YAML of exactly the keys the file sets, each with the value the schema read."""
+    cfg, raw = _load(path, (), local=False)
+
+    def given(obj: Any, part: dict[str, Any]) -> dict[str, Any]:
+        out = {}
+        for key, value in part.items():
+            current = getattr(obj, key)
+            out[key] = given(current, value) if dataclasses.is_dataclass(current) else current
+        return out
+
+    return yaml.safe_dump(given(cfg, raw), sort_keys=False, allow_unicode=True)
 
 
 def from_dict(raw: dict[str, Any]) -> TrainConfig:
@@ -174,8 +196,9 @@ def from_dict(raw: dict[str, Any]) -> TrainConfig:
     return cfg
 
 
-def validate(cfg: TrainConfig) -> None:
-    """Check values that do not need torch: choices, ranges, paths."""
+def validate(cfg: TrainConfig, local: bool = True) -> None:
+    """Check values that do not need torch: choices, ranges, paths. ``local`` False: the config runs on other
+    machines (a pod), so neither its paths nor its libraries and reward modules are looked for here."""
     for name in REQUIRED:
         if not getattr(cfg, name):
             raise ConfigError(f"config: {name}: required")
@@ -186,18 +209,19 @@ def validate(cfg: TrainConfig) -> None:
     for name in ("packing", "progress_bar", "offload_optimizer", "npu_jit_compile"):
         if getattr(cfg, name) not in (True, False, "auto"):
             raise ConfigError(f"config: {name}: must be true, false or auto (got {getattr(cfg, name)!r})")
-    _check_model_dir("model", cfg.model)
-    if cfg.tokenizer is not None and not Path(cfg.tokenizer).is_dir():
+    if local:
+        _check_model_dir("model", cfg.model)
+    if local and cfg.tokenizer is not None and not Path(cfg.tokenizer).is_dir():
         raise ConfigError(f"config: tokenizer: directory not found: {cfg.tokenizer}")
     for name in _PATH_LISTS:
         for item in getattr(cfg, name):
             p = Path(item)
-            if not p.is_file():
+            if local and not p.is_file():
                 raise ConfigError(f"config: {name}: file not found: {item}")
             if p.suffix not in (".json", ".jsonl"):
                 raise ConfigError(f"config: {name}: expected a .json or .jsonl file: {item}")
     out = Path(cfg.output_dir)
-    if out.exists() and not out.is_dir():
+    if local and out.exists() and not out.is_dir():
         raise ConfigError(f"config: output_dir: exists and is not a directory: {cfg.output_dir}")
     positive_ints = (
         "max_seq_len",
@@ -261,11 +285,13 @@ def validate(cfg: TrainConfig) -> None:
     if cfg.card is not None and not cfg.card.strip():
         raise ConfigError("config: card: must name a card or chip (or be null)")
     if cfg.method == "grpo":
-        _validate_grpo(cfg.grpo)
+        _validate_grpo(cfg.grpo, local)
         if cfg.data_format == "alpaca":
             raise ConfigError("config: data_format: method grpo reads prompts (auto, chat, orz, gsm8k), not alpaca")
     elif cfg.data_format in ("orz", "gsm8k"):
         raise ConfigError(f"config: data_format: {cfg.data_format} records are prompts for method: grpo")
+    if not local:
+        return
     from provisioner.train.requirements import missing_library
 
     problem = missing_library(cfg)
@@ -281,7 +307,7 @@ GRPO_CHOICES: dict[str, tuple[str, ...]] = {
 }
 
 
-def _validate_grpo(g: GRPOSettings) -> None:
+def _validate_grpo(g: GRPOSettings, local: bool = True) -> None:
     for name, allowed in GRPO_CHOICES.items():
         value = getattr(g, name)
         if value not in allowed:
@@ -309,9 +335,12 @@ def _validate_grpo(g: GRPOSettings) -> None:
         raise ConfigError(
             f"config: grpo.reward_weights: {len(g.reward_weights)} weights for {len(g.rewards)} rewards"
         )
-    from provisioner.train.grpo.rewards import check_reward_names
+    if local:
+        from provisioner.train.grpo.rewards import check_reward_names
 
-    check_reward_names(g.rewards)
+        check_reward_names(g.rewards)
+    elif twice := next((r for n, r in enumerate(g.rewards) if r in g.rewards[:n]), None):
+        raise ConfigError(f"config: grpo.rewards: {twice!r} is listed twice")
 
 
 def _check_model_dir(name: str, value: str) -> None:

@@ -171,9 +171,9 @@ def test_k8s_cli(capsys, plan_hosts):
     assert rc == 0 and doc["schema"] == "provision.k8s/1"
     (job,) = doc["manifests"]
     container = job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]
-    assert container["command"] == ["torchrun", "train.py"]
+    assert container["args"] == ["torchrun", "train.py"] and "command" not in container  # after the entrypoint
     rc, out, _ = run(capsys, "k8s", "--card", "300T-A2", "--devices", "0-3", *host_args(plan_hosts, "plan-300ta2-4"), "img:1")
-    assert rc == 0 and "- provision-train\n        - --config\n        - /workspace/train.yaml" in out
+    assert rc == 0 and "- --standalone\n" in out and "- provisioner.train\n        - --config\n        - /workspace/train.yaml" in out
     one_error_line(*run(capsys, "k8s", "--card", "300T-A2", "--devices", "0", "--name", "Bad_Name",
                         *host_args(plan_hosts, "plan-300ta2-4"), "img"), "--name 'Bad_Name'")
 

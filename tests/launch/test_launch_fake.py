@@ -12,9 +12,10 @@ import threading
 import pytest
 
 from provisioner.devices import plan as devices
+from provisioner.devices import torchrun
 from provisioner.engine.errors import EngineUnavailable
 from provisioner.engine.fake import FakeEngine
-from provisioner.launch import container, torchrun
+from provisioner.launch import container
 from provisioner.launch import run as launch
 from provisioner.launch.collective import SCHEMA as COLLECTIVE
 

@@ -10,9 +10,9 @@ import sys
 import pytest
 
 from provisioner.cli import main
+from provisioner.devices import torchrun
 from provisioner.engine.types import ImageInfo
 from provisioner.launch import run as launch
-from provisioner.launch import torchrun
 
 IMAGE = ImageInfo("img:tag", "sha256:abc", {}, {})
 

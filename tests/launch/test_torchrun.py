@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from provisioner.devices import plan as devices
+from provisioner.devices import torchrun
 from provisioner.errors import ProvisionError
-from provisioner.launch import torchrun
 
 
 def test_single_node_trainer_command(make_plan):

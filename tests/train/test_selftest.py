@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from provisioner.launch.torchrun import Target
+from provisioner.devices.torchrun import Target
 from provisioner.preflight import stress as preflight_stress
 from provisioner.train import allreduce, hbm, selftest
 from tests.train import npu_fake

@@ -32,8 +32,10 @@ LAYERS = {
     "demo": 7,
     "cli": 8,
 }
-# The trainer runs inside images: only the demo (which prepares a training job) may import it.
+# The trainer runs inside images: only the demo (which prepares a training job) may import it, and anyone its
+# torch-free config schema (provision k8s --config checks a trainer config before it ships it).
 TRAIN_USERS = {"train", "demo"}
+TRAIN_SCHEMA = {"provisioner.train.config", "provisioner.train.errors"}
 SIZE_LIMIT = 550  # lines; ../shared/tools/house.py flags a module above this
 SDK_CALL = re.compile(r"\.containers\.(create|run|get|list)\(|\.api\.(build|inspect_image|inspect_container|"
                       r"containers|info)\(|\.images\.(get|pull|tag|list)\(")
@@ -56,7 +58,7 @@ def upward_imports(edges: dict[str, set[str]], mods: dict) -> list[str]:
             po = package_of(o, mods)
             if po == pm:
                 continue
-            if LAYERS[po] >= LAYERS[pm] or (po == "train" and pm not in TRAIN_USERS):
+            if LAYERS[po] >= LAYERS[pm] or (po == "train" and pm not in TRAIN_USERS and o not in TRAIN_SCHEMA):
                 out.append(f"{m} -> {o} ({pm or 'base'} on layer {LAYERS[pm]}, {po or 'base'} on {LAYERS[po]})")
     return sorted(out)
 

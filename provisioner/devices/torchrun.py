@@ -1,7 +1,9 @@
 """What a launched container runs: the torchrun command line and the environment, from a DevicePlan.
 
 Pure functions (no engine, no torch), so the exact command and environment are
-unit-tested and shown in `provision launch --json` before anything starts.
+unit-tested and shown in `provision launch --json` before anything starts. One builder
+for every place a plan's training runs: `provision launch` (launch/) and the pods of
+`provision k8s` (devices/k8s.py) start the same torchrun line.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ SELFTEST_MODULE = "provisioner.train.selftest"
 # same rank on every node). LAUNCH_ENV below sets the template.
 RANK_PREFIX_TEMPLATE = "[rank${rank}]:"
 RANK_LINE = re.compile(r"^\[rank(\d+)\]:")
+# The plan's variables (matrices/devices.yaml launch_env) that carry torchrun's --node-rank, --master-addr and
+# --master-port on a node whose values come from its environment (a Kubernetes pod).
+RENDEZVOUS_ENV = ("NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 # Set in the container unless the user (-e) or the image already sets them.
 LAUNCH_ENV = {
@@ -94,15 +99,30 @@ def launcher(image_labels: dict[str, str] | None) -> list[str]:
     return ["torchrun"]
 
 
-def torchrun_argv(plan: DevicePlan, target: Target, nproc: int, start: list[str] | None = None) -> list[str]:
+def env_ref(name: str) -> str:
+    """A reference to the container's variable `name` that Kubernetes expands in a pod's command and args
+    (`$(NAME)`; values from fieldRefs included)."""
+    return f"$({name})"
+
+
+def torchrun_argv(plan: DevicePlan, target: Target, nproc: int, start: list[str] | None = None,
+                  from_env: bool = False) -> list[str]:
     """`torchrun` (or `start`, see launcher()) with one worker per chip; --standalone on one node, static
-    rendezvous across nodes."""
+    rendezvous across nodes. `from_env`: the node rank, master address and port as references to the plan's
+    variables of those names (env_ref), for a pod whose rank and master Kubernetes supplies."""
     argv = [*(start or ["torchrun"]), "--nproc-per-node", str(nproc)]
     m = plan.multi
     if m.nnodes > 1:
-        m.require_master()
-        argv += ["--nnodes", str(m.nnodes), "--node-rank", str(m.node_rank), "--master-addr", str(m.master_addr),
-                 "--master-port", str(m.master_port)]
+        if from_env:
+            have = {e.name for e in plan.env}
+            missing = [n for n in RENDEZVOUS_ENV if n not in have]
+            if missing:
+                raise ProvisionError(f"the device plan sets no {', '.join(missing)} for a {m.nnodes}-node rendezvous")
+            rank, addr, port = (env_ref(n) for n in RENDEZVOUS_ENV)
+        else:
+            m.require_master()
+            rank, addr, port = str(m.node_rank), str(m.master_addr), str(m.master_port)
+        argv += ["--nnodes", str(m.nnodes), "--node-rank", rank, "--master-addr", addr, "--master-port", port]
     else:
         argv.append("--standalone")
     # --tee 3: every worker's stdout and stderr reach the console with the rank prefix.
@@ -111,9 +131,10 @@ def torchrun_argv(plan: DevicePlan, target: Target, nproc: int, start: list[str]
     return argv + list(target.args)
 
 
-def command(plan: DevicePlan, target: Target, nproc: int, start: list[str] | None = None) -> list[str]:
+def command(plan: DevicePlan, target: Target, nproc: int, start: list[str] | None = None,
+            from_env: bool = False) -> list[str]:
     """The container's command: the exec command as given, else torchrun (started by `start`) around the target."""
-    return list(target.args) if target.kind == "exec" else torchrun_argv(plan, target, nproc, start)
+    return list(target.args) if target.kind == "exec" else torchrun_argv(plan, target, nproc, start, from_env)
 
 
 def visible_ids(name: str, value: str, plan: DevicePlan) -> list[int]:
