@@ -77,6 +77,22 @@ def flags(matrix, fw: dict, stack: dict | None) -> frozenset[str]:
     return frozenset(out)
 
 
+def example_gap(matrix, fw: dict, model_type: str, release: str | None, params: int) -> str | None:
+    """A note when the framework release no longer ships the upstream examples for a model of this type and size
+    (matrices/jobs.yaml job_example_gaps), else None. A stack that names no release (a commit) gets none."""
+    import re
+
+    if not release or not re.fullmatch(r"[0-9]+(\.[0-9]+)*", release):
+        return None
+    for row in matrix.rows("job_example_gaps") if "job_example_gaps" in matrix.data else []:
+        if row["framework"] == fw["id"] and row["model_type"] == model_type \
+                and _version_key(release) >= _version_key(str(row["since"])) and params < row["below_billions"] * 1e9:
+            return (f"{fw['name']} {release} ships no example for a {params / 1e9:.1f}B {model_type} model"
+                    f" ({row['kept']}; since {row['since']}, matrices/jobs.yaml job_example_gaps {row['id']}):"
+                    " the job's flags are provision's own, checked against the framework's arguments")
+    return None
+
+
 def _version_key(text: str) -> tuple:
     return tuple(int(p) if p.isdigit() else 0 for p in text.split("."))
 

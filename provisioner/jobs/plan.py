@@ -187,6 +187,9 @@ def build(matrix, spec: JobSpec, card: str, chips_per_node: int, nnodes: int = 1
         raise JobRefused(reasons)
 
     release = catalog.release(stack, fw)
+    gap = catalog.example_gap(matrix, fw, model_row["model_type"], release, shape.params())
+    if gap:
+        notes.append(gap)
     fw_scripts, why_not = catalog.scripts(matrix, fw["id"], model_row["model_type"], release)
     if why_not:
         reasons.append(f"{image} cannot run a {kind['id']} job: {why_not}; build an image with one of those"

@@ -52,6 +52,13 @@ FLOW_SECTIONS: dict[str, Section] = {
         dict(NOTES),
         doc="the framework scripts a job runs, by framework release and model type (paths in its checkout)",
     ),
+    "job_example_gaps": Section(
+        "id",
+        {"id": STR, "framework": STR, "model_type": STR, "since": VER, "below_billions": INT, "kept": TEXT},
+        dict(NOTES),
+        doc="model sizes whose upstream example scripts a framework release no longer ships (a job of such a"
+            " model renders, with a note that no upstream script of the release backs its flags)",
+    ),
     "job_flags": Section(
         "id",
         {"id": STR, "framework": STR, "component": STR, "flag": STR, "since": VER},

@@ -242,3 +242,18 @@ def test_data_options_in_the_matrix_match_the_templates(shipped):
         text = "".join(p.read_text() for p in sorted(folder.rglob("*.j2")))
         read = {key for key in ("map_keys", "prompt_type") if f"data.{key}" in text}
         assert read == set(row.get("data_options") or ()), row["id"]
+
+
+def test_a_release_without_the_models_upstream_example_says_so(shipped, stacks, sft_job):
+    """MindSpeed-LLM 26.0.0 and 26.1.0 dropped the Qwen2.5 examples below 72B (examples/mcore/qwen25 at 57c33296 and
+    2b7130ca holds the 72B scripts only; 2.3.0 at 1bdd9700 has 3B to 72B): a 7B job there renders, with a note."""
+    from tests.jobs.conftest import _resolve
+
+    new = _resolve(card="800T-A2", cann="9.0.0", extras=("mindspeed-llm",))
+    assert new["extras"]["mindspeed_llm"]["release"] == "26.0.0"
+    p = build(shipped, sft_job(), new)
+    gap = [n for n in p.notes if "ships no example" in n]
+    assert gap and gap[0].startswith("MindSpeed-LLM 26.0.0 ships no example for a 7.6B qwen2 model")
+    assert "job_example_gaps mindspeed-llm/qwen2-below-72b" in gap[0]
+    assert p.to_dict()["notes"] == p.notes  # printed at launch, `# note:` lines of the k8s manifests
+    assert not [n for n in build(shipped, sft_job(), stacks["llm"]).notes if "ships no example" in n]  # 2.3.0
