@@ -130,6 +130,30 @@ def test_fixture_files_are_the_upstream_files_the_locks_were_made_from(m):
     assert hashlib.sha256(blob).hexdigest() == next(iter(mf["inputs"].values()))
 
 
+def test_a_steps_pin_on_the_stacks_framework_is_left_to_the_framework_layer():
+    """vllm-ascend 8c7bc459 (MindSpeed-RL 2.2.0's) pins torch-npu==2.5.1.post1 in requirements.txt: pip is not asked
+    for it (its x86_64 wheel would pull in torch==2.5.1+cpu, which PyPI has not), the stack's framework layer holds
+    it; a pin the framework does not meet is an unmet requirement of the package, as upstream's pip check says."""
+    from provisioner.image.pipreport import Item, Target
+
+    asked = []
+
+    class Pip:  # pip's report for the target: what pip would install (the one call fwlock makes)
+        def report(self, target, reqs, constraints=(), no_deps=False):
+            asked.append(list(reqs))
+            return [Item("msgpack", "1.1.0", (), ""), Item("torch-npu", "2.5.1.post1", ("torch==2.5.1",), "")]
+
+    target = Target("3.10", "x86_64", ("manylinux2014_x86_64",))
+    hard = {"torch": "2.5.1", "torch-npu": "2.5.1.post1"}
+    step = fwlock.Step("vllm-ascend", "t", ("msgpack", "torch>=2.5.1", "torch-npu==2.5.1.post1"), "o")
+    items = fwlock.resolve_step(Pip(), target, step, {}, hard)
+    assert asked == [["msgpack"]] and [i.name for i in items] == ["msgpack"]
+    state = {"msgpack": fwlock.Entry("1.1.0", "vllm-ascend", ())}
+    dev = {"vllm-ascend": ("torch-npu==2.5.1.post1.dev20250528",)}  # dedace4c's pin (MindSpeed-RL 2.1.0)
+    assert fwlock.unmet(state, target, hard, {"vllm-ascend": step.requirements}) == []
+    assert [c["installed"] for c in fwlock.unmet(state, target, hard, dev)] == ["2.5.1.post1"]
+
+
 def test_parse_requirements_follows_pip_file_syntax():
     text = "numpy<2  # pinned\n\n# comment\n--extra-index-url https://x\n-r more.txt\nfoo[bar]==1; python_version<'4'\n"
     got = fwlock.parse_requirements(text, "t", include=lambda p: "included==1\n")
