@@ -69,6 +69,28 @@ def parse_requirements(text: str, origin: str, include=None) -> list[str]:
     return out
 
 
+def substitute(reqs: list[str], subs: dict[str, str] | None) -> tuple[list[str], list[str]]:
+    """`reqs` with each requirement on a package of `subs` replaced by the one `subs` gives (a step's `substitute`:
+    an upstream pin no index serves any more); (requirements, ["OLD -> NEW", ...]). A name `subs` gives that the
+    requirements do not hold is an error: the substitution would be stale."""
+    from packaging.requirements import Requirement
+
+    wanted = {norm(k): v for k, v in (subs or {}).items()}
+    out, done = [], []
+    for text in reqs:
+        new = wanted.get(norm(Requirement(text).name))
+        if new is None:
+            out.append(text)
+            continue
+        out.append(new)
+        done.append(f"{text} -> {new}")
+    seen = {norm(Requirement(d.split(" -> ", 1)[0]).name) for d in done}
+    missing = sorted(set(wanted) - seen)
+    if missing:
+        raise ProvisionError(f"substitute names {', '.join(missing)}, which the step's requirements do not hold")
+    return out, done
+
+
 @dataclass(frozen=True)
 class Step:
     name: str

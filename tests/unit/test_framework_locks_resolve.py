@@ -44,7 +44,7 @@ def _hard(env: dict) -> dict[str, str]:
         return {"mindspore": env["mindspore"]}
     base = next(r for r in M.rows("packages") if r["id"] == env["base_set"])
     npu = next(r for r in base["resolved_with"] if r.startswith("torch-npu=="))
-    return {"torch": env["torch"], "torch-npu": npu.split("==", 1)[1]}
+    return {"torch": env["torch"], "torch-npu": env.get("torch_npu") or npu.split("==", 1)[1]}  # as the lock was made
 
 
 def _lines(env: dict, target: Target) -> dict[str, str]:

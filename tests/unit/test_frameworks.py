@@ -154,6 +154,25 @@ def test_a_steps_pin_on_the_stacks_framework_is_left_to_the_framework_layer():
     assert [c["installed"] for c in fwlock.unmet(state, target, hard, dev)] == ["2.5.1.post1"]
 
 
+def test_a_pin_no_index_serves_is_substituted_by_name_and_said(tmp_path):
+    """MindSpeed-RL 2.1.0/2.2.0 pin av==14.3.0, a PyPI release without files: the step's `substitute` replaces that
+    line (and only that one) and says so; a substitute the file does not need, or one without notes, is refused."""
+    reqs, done = fwlock.substitute(["numpy==1.26.4", "av==14.3.0", "ray==2.42.1"], {"av": "av==14.2.0"})
+    assert reqs == ["numpy==1.26.4", "av==14.2.0", "ray==2.42.1"] and done == ["av==14.3.0 -> av==14.2.0"]
+    with pytest.raises(ProvisionError, match="substitute names av, which the step's requirements do not hold"):
+        fwlock.substitute(["numpy==1.26.4"], {"av": "av==14.2.0"})
+    bad = tmp_path / "bad.yaml"
+    row = ("framework_envs:\n  - id: x\n    set: mindspeed-rl-2.2.0\n    python: '3.10'\n    steps:\n"
+           "      - {name: s, title: t, source: s, requirements: [av==14.3.0], substitute: {av: numpy==1}, notes: n}\n"
+           "    source: s\n")
+    bad.write_text(row)
+    with pytest.raises(MatrixError, match="substitute.av: the requirement must name av"):
+        loader.load([str(bad)], use_cache=False)
+    bad.write_text(row.replace("numpy==1", "av==14.2.0").replace(", notes: n", ""))
+    with pytest.raises(MatrixError, match="with the step's notes saying why"):
+        loader.load([str(bad)], use_cache=False)
+
+
 def test_parse_requirements_follows_pip_file_syntax():
     text = "numpy<2  # pinned\n\n# comment\n--extra-index-url https://x\n-r more.txt\nfoo[bar]==1; python_version<'4'\n"
     got = fwlock.parse_requirements(text, "t", include=lambda p: "included==1\n")
