@@ -118,8 +118,8 @@ def test_fixture_files_are_the_upstream_files_the_locks_were_made_from(m):
     llm = {"mindspeed/requirements.txt", "mindspeed_llm/requirements.txt"}
     assert checked == {
         # MindSpeed-LLM's requirements are not installed for RL (as upstream), so its file is no input there
-        "mindspeed-rl-2.0.0": {"mindspeed/requirements.txt", "mindspeed_rl/requirements.txt",
-                               "vllm_ascend/requirements.txt"},
+        **{f"mindspeed-rl-{v}": {"mindspeed/requirements.txt", "mindspeed_rl/requirements.txt",
+                                 "vllm_ascend/requirements.txt"} for v in ("2.0.0", "2.1.0", "2.2.0")},
         # every MindSpeed-LLM set of the matrix has its fixture (the image tests build each one's checkouts)
         **{b["id"]: llm for b in bundles.values() if b["kind"] == "mindspeed-llm"}}
     import tarfile
@@ -161,6 +161,10 @@ def test_a_pin_no_index_serves_is_substituted_by_name_and_said(tmp_path):
     assert reqs == ["numpy==1.26.4", "av==14.2.0", "ray==2.42.1"] and done == ["av==14.3.0 -> av==14.2.0"]
     with pytest.raises(ProvisionError, match="substitute names av, which the step's requirements do not hold"):
         fwlock.substitute(["numpy==1.26.4"], {"av": "av==14.2.0"})
+    env = {r["id"]: r for r in loader.load(use_cache=False).rows("framework_envs")}["mindspeed-rl-2.2.0-torch2.5.1-py3.10"]
+    step = next(s for s in env["steps"] if s["name"] == "mindspeed-rl")
+    assert step["substitute"] == {"av": "av==14.2.0"} and "14.3.0" in step["notes"]
+    assert "av==14.2.0" in env["layers"]["mindspeed-rl"]  # the lock was made with the substitute
     bad = tmp_path / "bad.yaml"
     row = ("framework_envs:\n  - id: x\n    set: mindspeed-rl-2.2.0\n    python: '3.10'\n    steps:\n"
            "      - {name: s, title: t, source: s, requirements: [av==14.3.0], substitute: {av: numpy==1}, notes: n}\n"
