@@ -42,10 +42,13 @@ def data_handler(matrix, framework_id: str, fmt: str, where: str) -> dict:
     return rows[key]
 
 
-def scripts(matrix, framework_id: str, model_type: str, release: str | None) -> tuple[dict, str | None]:
+def scripts(matrix, framework_id: str, model_type: str, release: str | None,
+            labels: dict | None = None) -> tuple[dict, str | None]:
     """The framework scripts a job runs for this release and model type (matrices/jobs.yaml job_scripts):
     (paths by name, None), or ({}, why not) when the framework has rows for the model but none lists the
-    release. A framework without rows for the model has no per-release scripts: ({}, None)."""
+    release. A framework without rows for the model has no per-release scripts: ({}, None). Paths are relative
+    to the job's checkout, or absolute in the image's checkout of the row's `checkout_repo` (where the image's
+    `labels` or its recipe keep it: `checkout`)."""
     rows = [r for r in matrix.rows("job_scripts") if r["framework"] == framework_id and r["model_type"] == model_type]
     if not rows:
         return {}, None
@@ -54,6 +57,13 @@ def scripts(matrix, framework_id: str, model_type: str, release: str | None) -> 
             bad = sorted(k for k, v in row["scripts"].items() if not _safe_relpath(v))
             if bad:
                 return {}, f"job_scripts {row['id']}: {', '.join(bad)} is not a plain relative path"
+            if row.get("checkout_repo"):
+                owner = next((f for f in matrix.rows("job_frameworks") if f.get("checkout_repo") == row["checkout_repo"]),
+                             None)
+                if owner is None:
+                    return {}, f"job_scripts {row['id']}: no framework keeps a {row['checkout_repo']} checkout"
+                where = checkout(owner, None, labels)
+                return {k: f"{where.rstrip('/')}/{v}" for k, v in row["scripts"].items()}, None
             return dict(row["scripts"]), None
     known = sorted({v for r in rows for v in r["releases"]}, key=_version_key)
     named = f"release {release}" if release else "no release"

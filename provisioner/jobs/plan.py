@@ -190,7 +190,7 @@ def build(matrix, spec: JobSpec, card: str, chips_per_node: int, nnodes: int = 1
     gap = catalog.example_gap(matrix, fw, model_row["model_type"], release, shape.params())
     if gap:
         notes.append(gap)
-    fw_scripts, why_not = catalog.scripts(matrix, fw["id"], model_row["model_type"], release)
+    fw_scripts, why_not = catalog.scripts(matrix, fw["id"], model_row["model_type"], release, framework)
     if why_not:
         reasons.append(f"{image} cannot run a {kind['id']} job: {why_not}; build an image with one of those"
                        f" releases: {catalog.build_hint(fw, card_row['id'])}")

@@ -49,8 +49,9 @@ FLOW_SECTIONS: dict[str, Section] = {
     "job_scripts": Section(
         "id",
         {"id": STR, "framework": STR, "model_type": STR, "releases": list_of(STR), "scripts": STR_MAP},
-        dict(NOTES),
-        doc="the framework scripts a job runs, by framework release and model type (paths in its checkout)",
+        {"checkout_repo": opt(STR), **NOTES},
+        doc="the framework scripts a job runs, by framework release and model type (paths in its checkout, or in"
+            " the image's checkout of `checkout_repo`)",
     ),
     "job_example_gaps": Section(
         "id",

@@ -257,3 +257,22 @@ def test_a_release_without_the_models_upstream_example_says_so(shipped, stacks, 
     assert "job_example_gaps mindspeed-llm/qwen2-below-72b" in gap[0]
     assert p.to_dict()["notes"] == p.notes  # printed at launch, `# note:` lines of the k8s manifests
     assert not [n for n in build(shipped, sft_job(), stacks["llm"]).notes if "ships no example" in n]  # 2.3.0
+
+
+def test_mindspeed_rl_converts_with_its_own_cli_on_2_0_and_with_mindspeed_llm_from_2_1(shipped, stacks, sft_job):
+    """cli/convert_ckpt.py is in MindSpeed-RL @ 62e9928a (2.0.0) and in neither v2.1.0 (bfe1bd5a) nor v2.2.0
+    (194b52b7), whose GRPO guide converts with MindSpeed-LLM at its install guide's commit: the job runs that
+    checkout's convert_ckpt.py (the image keeps it at /opt/MindSpeed-LLM) for the weights and the export."""
+    from tests.jobs.conftest import EXAMPLES
+
+    job = sft_job((EXAMPLES / "seed000-grpo-qwen25-7b.yaml").read_text())
+    for stack, converter in ((stacks["rl"], "python cli/convert_ckpt.py \\"),
+                             (stacks["rl210"], "python /opt/MindSpeed-LLM/convert_ckpt.py \\"),
+                             (stacks["rl220"], "python /opt/MindSpeed-LLM/convert_ckpt.py \\")):
+        p = build(shipped, job, stack, chips=8)
+        for step in ("steps/01-convert.sh", "steps/04-export.sh"):
+            assert converter in p.files[step].splitlines(), (stack["extras"]["mindspeed_llm"]["set"], step)
+    # a labelled image keeps the MindSpeed-LLM checkout where its label says
+    labels = {"set": "mindspeed-rl-2.2.0", "kind": "mindspeed-rl", "checkouts": {"mindspeed_llm": {"path": "/srv/llm"}}}
+    p = plan.build(shipped, job, card="800T-A2", chips_per_node=8, stack=stacks["rl220"], image="img", framework=labels)
+    assert "python /srv/llm/convert_ckpt.py \\" in p.files["steps/01-convert.sh"].splitlines()
