@@ -87,6 +87,18 @@ def flags(matrix, fw: dict, stack: dict | None) -> frozenset[str]:
     return frozenset(out)
 
 
+def release_env(matrix, fw: dict, release: str | None) -> dict[str, str]:
+    """The launch variables the framework release's own runtime environment sets (matrices/jobs.yaml
+    job_release_env); none for a stack that names no release."""
+    if not release:
+        return {}
+    out: dict[str, str] = {}
+    for row in matrix.rows("job_release_env") if "job_release_env" in matrix.data else []:
+        if row["framework"] == fw["id"] and release in row["releases"]:
+            out.update({str(k): str(v) for k, v in row["env"].items()})
+    return out
+
+
 def example_gap(matrix, fw: dict, model_type: str, release: str | None, params: int) -> str | None:
     """A note when the framework release no longer ships the upstream examples for a model of this type and size
     (matrices/jobs.yaml job_example_gaps), else None. A stack that names no release (a commit) gets none."""

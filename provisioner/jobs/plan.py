@@ -187,6 +187,8 @@ def build(matrix, spec: JobSpec, card: str, chips_per_node: int, nnodes: int = 1
         raise JobRefused(reasons)
 
     release = catalog.release(stack, fw)
+    # the release's own launch variables sit between the job kind's and the job file's
+    env = {**env, **{k: v for k, v in catalog.release_env(matrix, fw, release).items() if k not in dict(spec.env)}}
     gap = catalog.example_gap(matrix, fw, model_row["model_type"], release, shape.params())
     if gap:
         notes.append(gap)

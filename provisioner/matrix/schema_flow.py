@@ -53,6 +53,13 @@ FLOW_SECTIONS: dict[str, Section] = {
         doc="the framework scripts a job runs, by framework release and model type (paths in its checkout, or in"
             " the image's checkout of `checkout_repo`)",
     ),
+    "job_release_env": Section(
+        "id",
+        {"id": STR, "framework": STR, "releases": list_of(STR), "env": STR_MAP},
+        dict(NOTES),
+        doc="launch variables a framework release's own runtime environment sets and its code reads (between the"
+            " job kind's and the job file's)",
+    ),
     "job_example_gaps": Section(
         "id",
         {"id": STR, "framework": STR, "model_type": STR, "since": VER, "below_billions": INT, "kept": TEXT},

@@ -276,3 +276,19 @@ def test_mindspeed_rl_converts_with_its_own_cli_on_2_0_and_with_mindspeed_llm_fr
     labels = {"set": "mindspeed-rl-2.2.0", "kind": "mindspeed-rl", "checkouts": {"mindspeed_llm": {"path": "/srv/llm"}}}
     p = plan.build(shipped, job, card="800T-A2", chips_per_node=8, stack=stacks["rl220"], image="img", framework=labels)
     assert "python /srv/llm/convert_ckpt.py \\" in p.files["steps/01-convert.sh"].splitlines()
+
+
+def test_mindspeed_rl_2_1_and_2_2_get_their_releases_vllm_variables(shipped, stacks, sft_job):
+    """MindSpeed-RL 2.1.0/2.2.0's vllm_engine.py reads os.environ['VLLM_USE_V1'] unguarded and their
+    configs/envs/runtime_env.yaml sets it with VLLM_VERSION and VLLM_DP_SIZE (job_release_env); 2.0.0 has none of
+    them. The job file's env still wins."""
+    from tests.jobs.conftest import EXAMPLES
+
+    text = (EXAMPLES / "seed000-grpo-qwen25-7b.yaml").read_text()
+    for key, want in (("rl", None), ("rl210", "1"), ("rl220", "1")):
+        p = build(shipped, sft_job(text), stacks[key], chips=8)
+        assert p.env.get("VLLM_USE_V1") == want, key
+        runtime = p.files["configs/runtime_env.yaml"]
+        assert ('VLLM_USE_V1: "1"' in runtime) == (want is not None) and ('VLLM_VERSION: "0.9.1"' in runtime) == (want is not None)
+    p = build(shipped, sft_job(text + "  VLLM_DP_SIZE: '2'\n"), stacks["rl220"], chips=8)
+    assert p.env["VLLM_DP_SIZE"] == "2" and p.env["VLLM_USE_V1"] == "1"
