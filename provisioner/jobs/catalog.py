@@ -12,6 +12,7 @@ job's scripts run from. `stack_carries` and `checkout` are the only places that 
 from __future__ import annotations
 
 from provisioner.errors import ProvisionError
+from provisioner.jobs.spec import ENV_NAME
 
 
 def kind(matrix, name: str, where: str) -> dict:
@@ -95,7 +96,12 @@ def release_env(matrix, fw: dict, release: str | None) -> dict[str, str]:
     out: dict[str, str] = {}
     for row in matrix.rows("job_release_env") if "job_release_env" in matrix.data else []:
         if row["framework"] == fw["id"] and release in row["releases"]:
-            out.update({str(k): str(v) for k, v in row["env"].items()})
+            for name, value in row["env"].items():
+                # names reach run.sh's export lines as they are (values are quoted): held to a plain name
+                if not ENV_NAME.match(str(name)) or "\n" in str(value):
+                    raise ProvisionError(f"{row.get('_at', 'job_release_env')}: job_release_env {row['id']}:"
+                                         f" {str(name)!r} is not a plain variable name with a one-line value")
+                out[str(name)] = str(value)
     return out
 
 

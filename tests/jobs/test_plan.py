@@ -292,3 +292,17 @@ def test_mindspeed_rl_2_1_and_2_2_get_their_releases_vllm_variables(shipped, sta
         assert ('VLLM_USE_V1: "1"' in runtime) == (want is not None) and ('VLLM_VERSION: "0.9.1"' in runtime) == (want is not None)
     p = build(shipped, sft_job(text + "  VLLM_DP_SIZE: '2'\n"), stacks["rl220"], chips=8)
     assert p.env["VLLM_DP_SIZE"] == "2" and p.env["VLLM_USE_V1"] == "1"
+
+
+def test_a_release_variable_that_is_no_plain_name_is_refused(stacks, sft_job, tmp_path):
+    """job_release_env names go into run.sh's export lines: an overlay's `X;rm -rf /` stops the plan in one line."""
+    from provisioner.errors import ProvisionError
+    from provisioner.matrix import loader
+    from tests.jobs.conftest import EXAMPLES
+
+    overlay = tmp_path / "o.yaml"
+    overlay.write_text("job_release_env:\n  - id: bad\n    framework: mindspeed-rl\n    releases: ['2.2.0']\n"
+                       "    env: {'X;rm -rf /': '1'}\n    source: test\n")
+    m = loader.load([str(overlay)], use_cache=False)
+    with pytest.raises(ProvisionError, match=r"job_release_env bad: 'X;rm -rf /' is not a plain variable name"):
+        build(m, sft_job((EXAMPLES / "seed000-grpo-qwen25-7b.yaml").read_text()), stacks["rl220"], chips=8)
