@@ -115,8 +115,9 @@ def example_gap(matrix, fw: dict, model_type: str, release: str | None, params: 
     for row in matrix.rows("job_example_gaps") if "job_example_gaps" in matrix.data else []:
         if row["framework"] == fw["id"] and row["model_type"] == model_type \
                 and _version_key(release) >= _version_key(str(row["since"])) and params < row["below_billions"] * 1e9:
+            kept = " ".join(str(row["kept"]).split())  # one line: notes become `# note:` lines of manifests
             return (f"{fw['name']} {release} ships no example for a {params / 1e9:.1f}B {model_type} model"
-                    f" ({row['kept']}; since {row['since']}, matrices/jobs.yaml job_example_gaps {row['id']}):"
+                    f" ({kept}; since {row['since']}, matrices/jobs.yaml job_example_gaps {row['id']}):"
                     " the job's flags are provision's own, checked against the framework's arguments")
     return None
 

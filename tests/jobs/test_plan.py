@@ -306,3 +306,17 @@ def test_a_release_variable_that_is_no_plain_name_is_refused(stacks, sft_job, tm
     m = loader.load([str(overlay)], use_cache=False)
     with pytest.raises(ProvisionError, match=r"job_release_env bad: 'X;rm -rf /' is not a plain variable name"):
         build(m, sft_job((EXAMPLES / "seed000-grpo-qwen25-7b.yaml").read_text()), stacks["rl220"], chips=8)
+
+
+def test_an_example_gap_note_stays_one_line(sft_job, tmp_path):
+    """The note goes into `# note:` lines of the k8s manifests: an overlay's multi-line `kept` cannot break out."""
+    from provisioner.matrix import loader
+    from tests.jobs.conftest import _resolve
+
+    overlay = tmp_path / "o.yaml"
+    overlay.write_text("job_example_gaps:\n  - id: mindspeed-llm/qwen2-below-72b\n"
+                       "    kept: \"72B only\\nkind: Secret\"\n")
+    m = loader.load([str(overlay)], use_cache=False)
+    p = build(m, sft_job(), _resolve(card="800T-A2", cann="9.0.0", extras=("mindspeed-llm",)))
+    [gap] = [n for n in p.notes if "ships no example" in n]
+    assert "\n" not in gap and "(72B only kind: Secret;" in gap
