@@ -110,6 +110,9 @@ def steps_of(env: dict, inputs: Inputs) -> tuple[list[fwlock.Step], dict[str, tu
             reqs = fwlock.parse_requirements(text, origin, include=lambda p, read=read, folder=folder: read(folder + p))
         else:
             reqs, origin = list(raw["requirements"]), f"{raw['name']} step"
+        reqs, done = fwlock.substitute(reqs, raw.get("substitute"))
+        if done:
+            origin += f", substituted: {'; '.join(done)}"
         steps.append(fwlock.Step(raw["name"], raw["title"], tuple(reqs), origin, bool(raw.get("no_deps"))))
         pkg = raw.get("package")
         if pkg and pkg.get("declares", True):
@@ -154,7 +157,8 @@ def lock_env(env: dict, repos: dict[str, str], pip: Pip, archs: list[str]) -> di
         base_reqs = project_requirements()
         if env.get("torch"):
             hard = {"torch": env["torch"]}
-            npu = next(r for r in base_set["resolved_with"] if r.startswith("torch-npu=="))
+            npu = (f"torch-npu=={env['torch_npu']}" if env.get("torch_npu")
+                   else next(r for r in base_set["resolved_with"] if r.startswith("torch-npu==")))
             hard["torch-npu"] = npu.split("==", 1)[1]
             npu_item = pip.report(target, [npu], no_deps=True)[0]
             base_reqs += [r for r in npu_item.requires if norm(re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0]) != "torch"]

@@ -69,6 +69,28 @@ def parse_requirements(text: str, origin: str, include=None) -> list[str]:
     return out
 
 
+def substitute(reqs: list[str], subs: dict[str, str] | None) -> tuple[list[str], list[str]]:
+    """`reqs` with each requirement on a package of `subs` replaced by the one `subs` gives (a step's `substitute`:
+    an upstream pin no index serves any more); (requirements, ["OLD -> NEW", ...]). A name `subs` gives that the
+    requirements do not hold is an error: the substitution would be stale."""
+    from packaging.requirements import Requirement
+
+    wanted = {norm(k): v for k, v in (subs or {}).items()}
+    out, done = [], []
+    for text in reqs:
+        new = wanted.get(norm(Requirement(text).name))
+        if new is None:
+            out.append(text)
+            continue
+        out.append(new)
+        done.append(f"{text} -> {new}")
+    seen = {norm(Requirement(d.split(" -> ", 1)[0]).name) for d in done}
+    missing = sorted(set(wanted) - seen)
+    if missing:
+        raise ProvisionError(f"substitute names {', '.join(missing)}, which the step's requirements do not hold")
+    return out, done
+
+
 @dataclass(frozen=True)
 class Step:
     name: str
@@ -132,16 +154,25 @@ def _wanted(items: list[Item], hard: dict[str, str]) -> list[Item]:
     return [i for i in items if i.name not in hard and not cuda_only(i.name)]
 
 
+def own_requirements(step: Step, hard: dict[str, str]) -> list[str]:
+    """The step's requirements less those on the stack's framework (torch, torch-npu, MindSpore): the framework
+    layer installs those, so pip is not asked for them (a torch-npu pin of vllm-ascend's requirements.txt would
+    pull in its own torch build); whether the framework meets the step's pin is checked as the package's
+    requirement (unmet), like any other."""
+    return [r for r in step.requirements if norm(_requirement(r).name) not in hard]
+
+
 def resolve_step(pip: Pip, target: Target, step: Step, state: dict[str, Entry], hard: dict[str, str]) -> list[Item]:
     """What `pip install <step>` installs into an environment that holds `state`."""
     hard_pins = [f"{n}=={v}" for n, v in hard.items()]
+    reqs = own_requirements(step, hard)
     if step.no_deps:
-        return _wanted(pip.report(target, list(step.requirements), no_deps=True), hard)
+        return _wanted(pip.report(target, reqs, no_deps=True), hard)
     prefer = {n: e.version for n, e in state.items() if n not in hard}
 
     def attempt(keep: dict[str, str]) -> list[Item]:
         cons = hard_pins + [f"{n}=={v}" for n, v in sorted(keep.items())]
-        return pip.report(target, list(step.requirements), cons)
+        return pip.report(target, reqs, cons)
 
     try:
         return _wanted(attempt(prefer), hard)

@@ -12,6 +12,7 @@ job's scripts run from. `stack_carries` and `checkout` are the only places that 
 from __future__ import annotations
 
 from provisioner.errors import ProvisionError
+from provisioner.jobs.spec import ENV_NAME
 
 
 def kind(matrix, name: str, where: str) -> dict:
@@ -42,10 +43,13 @@ def data_handler(matrix, framework_id: str, fmt: str, where: str) -> dict:
     return rows[key]
 
 
-def scripts(matrix, framework_id: str, model_type: str, release: str | None) -> tuple[dict, str | None]:
+def scripts(matrix, framework_id: str, model_type: str, release: str | None,
+            labels: dict | None = None) -> tuple[dict, str | None]:
     """The framework scripts a job runs for this release and model type (matrices/jobs.yaml job_scripts):
     (paths by name, None), or ({}, why not) when the framework has rows for the model but none lists the
-    release. A framework without rows for the model has no per-release scripts: ({}, None)."""
+    release. A framework without rows for the model has no per-release scripts: ({}, None). Paths are relative
+    to the job's checkout, or absolute in the image's checkout of the row's `checkout_repo` (where the image's
+    `labels` or its recipe keep it: `checkout`)."""
     rows = [r for r in matrix.rows("job_scripts") if r["framework"] == framework_id and r["model_type"] == model_type]
     if not rows:
         return {}, None
@@ -54,6 +58,13 @@ def scripts(matrix, framework_id: str, model_type: str, release: str | None) -> 
             bad = sorted(k for k, v in row["scripts"].items() if not _safe_relpath(v))
             if bad:
                 return {}, f"job_scripts {row['id']}: {', '.join(bad)} is not a plain relative path"
+            if row.get("checkout_repo"):
+                owner = next((f for f in matrix.rows("job_frameworks") if f.get("checkout_repo") == row["checkout_repo"]),
+                             None)
+                if owner is None:
+                    return {}, f"job_scripts {row['id']}: no framework keeps a {row['checkout_repo']} checkout"
+                where = checkout(owner, None, labels)
+                return {k: f"{where.rstrip('/')}/{v}" for k, v in row["scripts"].items()}, None
             return dict(row["scripts"]), None
     known = sorted({v for r in rows for v in r["releases"]}, key=_version_key)
     named = f"release {release}" if release else "no release"
@@ -75,6 +86,40 @@ def flags(matrix, fw: dict, stack: dict | None) -> frozenset[str]:
                 and _version_key(value) >= _version_key(str(row["since"])):
             out.add(row["flag"])
     return frozenset(out)
+
+
+def release_env(matrix, fw: dict, release: str | None) -> dict[str, str]:
+    """The launch variables the framework release's own runtime environment sets (matrices/jobs.yaml
+    job_release_env); none for a stack that names no release."""
+    if not release:
+        return {}
+    out: dict[str, str] = {}
+    for row in matrix.rows("job_release_env") if "job_release_env" in matrix.data else []:
+        if row["framework"] == fw["id"] and release in row["releases"]:
+            for name, value in row["env"].items():
+                # names reach run.sh's export lines as they are (values are quoted): held to a plain name
+                if not ENV_NAME.match(str(name)) or "\n" in str(value):
+                    raise ProvisionError(f"{row.get('_at', 'job_release_env')}: job_release_env {row['id']}:"
+                                         f" {str(name)!r} is not a plain variable name with a one-line value")
+                out[str(name)] = str(value)
+    return out
+
+
+def example_gap(matrix, fw: dict, model_type: str, release: str | None, params: int) -> str | None:
+    """A note when the framework release no longer ships the upstream examples for a model of this type and size
+    (matrices/jobs.yaml job_example_gaps), else None. A stack that names no release (a commit) gets none."""
+    import re
+
+    if not release or not re.fullmatch(r"[0-9]+(\.[0-9]+)*", release):
+        return None
+    for row in matrix.rows("job_example_gaps") if "job_example_gaps" in matrix.data else []:
+        if row["framework"] == fw["id"] and row["model_type"] == model_type \
+                and _version_key(release) >= _version_key(str(row["since"])) and params < row["below_billions"] * 1e9:
+            kept = " ".join(str(row["kept"]).split())  # one line: notes become `# note:` lines of manifests
+            return (f"{fw['name']} {release} ships no example for a {params / 1e9:.1f}B {model_type} model"
+                    f" ({kept}; since {row['since']}, matrices/jobs.yaml job_example_gaps {row['id']}):"
+                    " the job's flags are provision's own, checked against the framework's arguments")
+    return None
 
 
 def _version_key(text: str) -> tuple:

@@ -195,7 +195,12 @@ def build(matrix, spec: JobSpec, card: str, chips_per_node: int, nnodes: int = 1
         raise JobRefused(reasons)
 
     release = catalog.release(stack, fw)
-    fw_scripts, why_not = catalog.scripts(matrix, fw["id"], model_row["model_type"], release)
+    # the release's own launch variables sit between the job kind's and the job file's
+    env = {**env, **{k: v for k, v in catalog.release_env(matrix, fw, release).items() if k not in dict(spec.env)}}
+    gap = catalog.example_gap(matrix, fw, model_row["model_type"], release, shape.params())
+    if gap:
+        notes.append(gap)
+    fw_scripts, why_not = catalog.scripts(matrix, fw["id"], model_row["model_type"], release, framework)
     if why_not:
         reasons.append(f"{image} cannot run a {kind['id']} job: {why_not}; build an image with one of those"
                        f" releases: {catalog.build_hint(fw, card_row['id'])}")

@@ -315,6 +315,21 @@ def _env_steps(value, name):
                 raise ValueError(f"{where}.file needs path and one of checkout / sdist")
         if "no_deps" in step and not isinstance(step["no_deps"], bool):
             raise ValueError(f"{where}.no_deps must be true or false")
+        subs = step.get("substitute")
+        if subs is not None:
+            # name -> the requirement that replaces the file's line for it (a pin upstream's index cannot serve)
+            from packaging.requirements import InvalidRequirement, Requirement
+
+            if not isinstance(subs, dict) or not subs or "notes" not in step:
+                raise ValueError(f"{where}.substitute must map package names to requirements, with the step's notes"
+                                 " saying why")
+            for key, text in subs.items():
+                try:
+                    req = Requirement(str(text))
+                except InvalidRequirement:
+                    raise ValueError(f"{where}.substitute.{key}: not a requirement: {text!r}") from None
+                if not _PKG_NAME.match(str(key)) or req.name.lower().replace("_", "-") != str(key).lower().replace("_", "-"):
+                    raise ValueError(f"{where}.substitute.{key}: the requirement must name {key}")
         pkg = step.get("package")
         if pkg is not None:
             if not isinstance(pkg, dict) or not isinstance(pkg.get("name"), str) \
@@ -351,7 +366,8 @@ def _sdists(value, name):
     return value
 
 
-_STEP_KEYS = frozenset({"name", "title", "source", "requirements", "file", "no_deps", "package", "notes"})
+_STEP_KEYS = frozenset({"name", "title", "source", "requirements", "file", "no_deps", "package", "notes",
+                        "substitute"})
 
 
 ARCH_PY = _arch_map(_pyrange)

@@ -264,6 +264,9 @@ SECTIONS: dict[str, Section] = {
         {"id": STR, "set": STR, "python": VER, "steps": STEPS},
         {
             "torch": opt(VER),
+            # the torch-npu build the lock is resolved with, where the set's CANN takes another build of the torch
+            # line than its base_set was resolved with (the set's own steps pin it)
+            "torch_npu": opt(VER),
             "mindspore": opt(VER),
             "base_set": opt(STR),
             "sdists": opt(SDISTS),

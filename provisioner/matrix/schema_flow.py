@@ -49,8 +49,23 @@ FLOW_SECTIONS: dict[str, Section] = {
     "job_scripts": Section(
         "id",
         {"id": STR, "framework": STR, "model_type": STR, "releases": list_of(STR), "scripts": STR_MAP},
+        {"checkout_repo": opt(STR), **NOTES},
+        doc="the framework scripts a job runs, by framework release and model type (paths in its checkout, or in"
+            " the image's checkout of `checkout_repo`)",
+    ),
+    "job_release_env": Section(
+        "id",
+        {"id": STR, "framework": STR, "releases": list_of(STR), "env": STR_MAP},
         dict(NOTES),
-        doc="the framework scripts a job runs, by framework release and model type (paths in its checkout)",
+        doc="launch variables a framework release's own runtime environment sets and its code reads (between the"
+            " job kind's and the job file's)",
+    ),
+    "job_example_gaps": Section(
+        "id",
+        {"id": STR, "framework": STR, "model_type": STR, "since": VER, "below_billions": INT, "kept": TEXT},
+        dict(NOTES),
+        doc="model sizes whose upstream example scripts a framework release no longer ships (a job of such a"
+            " model renders, with a note that no upstream script of the release backs its flags)",
     ),
     "job_flags": Section(
         "id",

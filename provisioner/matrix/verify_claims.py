@@ -128,19 +128,38 @@ def job_names(v) -> None:
     commits = {r["version"]: r["commit"] for r in v.m.rows("mindformers") if r.get("commit")}
     for row in v.m.rows("job_scripts"):
         for release in row["releases"]:
-            commit = commits.get(release)
-            where = f"mindspore-lab/mindformers@{commit[:12]}" if commit else "no pinned commit"
-            rec = v.f.names.get(where) if commit else None
+            where, label = _scripts_repo(v, row, release, commits)
+            rec = v.f.names.get(where) if where else None
             for name, path in sorted(row["scripts"].items()):
                 if rec is None:
                     v.add("job-name", f"job_scripts {row['id']}", f"scripts.{name}", path, "not recorded",
-                          f"no recorded file list for MindFormers {release} ({where})",
+                          f"no recorded file list for {label} {release} ({where or 'no pinned commit'})",
                           row["_at"], ok=False)
                     continue
                 there = path in rec["files"]
                 v.add("job-name", f"job_scripts {row['id']}", f"scripts.{name}", path,
                       "present" if there else "absent",
-                      f"MindFormers {release}: {rec['read']}", row["_at"], ok=there)
+                      f"{label} {release}: {rec['read']}", row["_at"], ok=there)
+
+
+_CHECKOUT_REPOS = {"mindspeed_llm": "Ascend/MindSpeed-LLM", "mindspeed_rl": "Ascend/MindSpeed-RL"}
+
+
+def _scripts_repo(v, row: dict, release: str, mf_commits: dict) -> tuple[str | None, str]:
+    """('owner/repo@commit12' whose file list holds a job_scripts row's paths for a release, the framework's name):
+    MindFormers by its pinned commit; a MindSpeed set by the commit its llm_bundles row (of that kind and release)
+    pins for the row's checkout_repo, else the framework's own checkout."""
+    if row["framework"] == "mindformers":
+        commit = mf_commits.get(release)
+        return (f"mindspore-lab/mindformers@{commit[:12]}" if commit else None), "MindFormers"
+    checkout = row.get("checkout_repo") or _CHECKOUT_OF.get(row["framework"])
+    bundle = next((b for b in v.m.rows("llm_bundles")
+                   if b.get("kind") == row["framework"] and str(b.get("release")) == release), None)
+    commit = ((bundle or {}).get("commits") or {}).get(checkout or "")
+    name = {"mindspeed-llm": "MindSpeed-LLM", "mindspeed-rl": "MindSpeed-RL"}.get(row["framework"], row["framework"])
+    if not commit or checkout not in _CHECKOUT_REPOS:
+        return None, name
+    return f"{_CHECKOUT_REPOS[checkout]}@{commit[:12]}", name
 
 
 def _bounds(row: dict, family: str | None) -> dict:

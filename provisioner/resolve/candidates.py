@@ -383,6 +383,12 @@ def penalties(ctx: Context, cand: Candidate) -> list[str]:
         bundles = bundles_for(ctx, cand)
         if bundles and all(b.get("status") == "preview" for b in bundles):
             soft.append(f"{bundles[0]['id']} is a preview release")
+        # `--with mindspeed-llm` (mindspeed-rl is its alias) asks for MindSpeed-LLM: a candidate that only a
+        # MindSpeed-RL set fits ranks below one a MindSpeed-LLM set fits, unless the request pins the checkouts
+        # (the MindSpeed-RL profiles do: the pins then choose the set).
+        if bundles and not req.pins and all(b.get("kind") == "mindspeed-rl" for b in bundles):
+            soft.append(f"{bundles[0]['id']} is a MindSpeed-RL set, chosen where no MindSpeed-LLM set fits (pins of"
+                        " its checkouts, as the mindspeed-rl profiles have, choose it outright)")
     return soft
 
 

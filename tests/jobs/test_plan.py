@@ -242,3 +242,81 @@ def test_data_options_in_the_matrix_match_the_templates(shipped):
         text = "".join(p.read_text() for p in sorted(folder.rglob("*.j2")))
         read = {key for key in ("map_keys", "prompt_type") if f"data.{key}" in text}
         assert read == set(row.get("data_options") or ()), row["id"]
+
+
+def test_a_release_without_the_models_upstream_example_says_so(shipped, stacks, sft_job):
+    """MindSpeed-LLM 26.0.0 and 26.1.0 dropped the Qwen2.5 examples below 72B (examples/mcore/qwen25 at 57c33296 and
+    2b7130ca holds the 72B scripts only; 2.3.0 at 1bdd9700 has 3B to 72B): a 7B job there renders, with a note."""
+    from tests.jobs.conftest import _resolve
+
+    new = _resolve(card="800T-A2", cann="9.0.0", extras=("mindspeed-llm",))
+    assert new["extras"]["mindspeed_llm"]["release"] == "26.0.0"
+    p = build(shipped, sft_job(), new)
+    gap = [n for n in p.notes if "ships no example" in n]
+    assert gap and gap[0].startswith("MindSpeed-LLM 26.0.0 ships no example for a 7.6B qwen2 model")
+    assert "job_example_gaps mindspeed-llm/qwen2-below-72b" in gap[0]
+    assert p.to_dict()["notes"] == p.notes  # printed at launch, `# note:` lines of the k8s manifests
+    assert not [n for n in build(shipped, sft_job(), stacks["llm"]).notes if "ships no example" in n]  # 2.3.0
+
+
+def test_mindspeed_rl_converts_with_its_own_cli_on_2_0_and_with_mindspeed_llm_from_2_1(shipped, stacks, sft_job):
+    """cli/convert_ckpt.py is in MindSpeed-RL @ 62e9928a (2.0.0) and in neither v2.1.0 (bfe1bd5a) nor v2.2.0
+    (194b52b7), whose GRPO guide converts with MindSpeed-LLM at its install guide's commit: the job runs that
+    checkout's convert_ckpt.py (the image keeps it at /opt/MindSpeed-LLM) for the weights and the export."""
+    from tests.jobs.conftest import EXAMPLES
+
+    job = sft_job((EXAMPLES / "seed000-grpo-qwen25-7b.yaml").read_text())
+    for stack, converter in ((stacks["rl"], "python cli/convert_ckpt.py \\"),
+                             (stacks["rl210"], "python /opt/MindSpeed-LLM/convert_ckpt.py \\"),
+                             (stacks["rl220"], "python /opt/MindSpeed-LLM/convert_ckpt.py \\")):
+        p = build(shipped, job, stack, chips=8)
+        for step in ("steps/01-convert.sh", "steps/04-export.sh"):
+            assert converter in p.files[step].splitlines(), (stack["extras"]["mindspeed_llm"]["set"], step)
+    # a labelled image keeps the MindSpeed-LLM checkout where its label says
+    labels = {"set": "mindspeed-rl-2.2.0", "kind": "mindspeed-rl", "checkouts": {"mindspeed_llm": {"path": "/srv/llm"}}}
+    p = plan.build(shipped, job, card="800T-A2", chips_per_node=8, stack=stacks["rl220"], image="img", framework=labels)
+    assert "python /srv/llm/convert_ckpt.py \\" in p.files["steps/01-convert.sh"].splitlines()
+
+
+def test_mindspeed_rl_2_1_and_2_2_get_their_releases_vllm_variables(shipped, stacks, sft_job):
+    """MindSpeed-RL 2.1.0/2.2.0's vllm_engine.py reads os.environ['VLLM_USE_V1'] unguarded and their
+    configs/envs/runtime_env.yaml sets it with VLLM_VERSION and VLLM_DP_SIZE (job_release_env); 2.0.0 has none of
+    them. The job file's env still wins."""
+    from tests.jobs.conftest import EXAMPLES
+
+    text = (EXAMPLES / "seed000-grpo-qwen25-7b.yaml").read_text()
+    for key, want in (("rl", None), ("rl210", "1"), ("rl220", "1")):
+        p = build(shipped, sft_job(text), stacks[key], chips=8)
+        assert p.env.get("VLLM_USE_V1") == want, key
+        runtime = p.files["configs/runtime_env.yaml"]
+        assert ('VLLM_USE_V1: "1"' in runtime) == (want is not None) and ('VLLM_VERSION: "0.9.1"' in runtime) == (want is not None)
+    p = build(shipped, sft_job(text + "  VLLM_DP_SIZE: '2'\n"), stacks["rl220"], chips=8)
+    assert p.env["VLLM_DP_SIZE"] == "2" and p.env["VLLM_USE_V1"] == "1"
+
+
+def test_a_release_variable_that_is_no_plain_name_is_refused(stacks, sft_job, tmp_path):
+    """job_release_env names go into run.sh's export lines: an overlay's `X;rm -rf /` stops the plan in one line."""
+    from provisioner.errors import ProvisionError
+    from provisioner.matrix import loader
+    from tests.jobs.conftest import EXAMPLES
+
+    overlay = tmp_path / "o.yaml"
+    overlay.write_text("job_release_env:\n  - id: bad\n    framework: mindspeed-rl\n    releases: ['2.2.0']\n"
+                       "    env: {'X;rm -rf /': '1'}\n    source: test\n")
+    m = loader.load([str(overlay)], use_cache=False)
+    with pytest.raises(ProvisionError, match=r"job_release_env bad: 'X;rm -rf /' is not a plain variable name"):
+        build(m, sft_job((EXAMPLES / "seed000-grpo-qwen25-7b.yaml").read_text()), stacks["rl220"], chips=8)
+
+
+def test_an_example_gap_note_stays_one_line(sft_job, tmp_path):
+    """The note goes into `# note:` lines of the k8s manifests: an overlay's multi-line `kept` cannot break out."""
+    from provisioner.matrix import loader
+    from tests.jobs.conftest import _resolve
+
+    overlay = tmp_path / "o.yaml"
+    overlay.write_text("job_example_gaps:\n  - id: mindspeed-llm/qwen2-below-72b\n"
+                       "    kept: \"72B only\\nkind: Secret\"\n")
+    m = loader.load([str(overlay)], use_cache=False)
+    p = build(m, sft_job(), _resolve(card="800T-A2", cann="9.0.0", extras=("mindspeed-llm",)))
+    [gap] = [n for n in p.notes if "ships no example" in n]
+    assert "\n" not in gap and "(72B only kind: Secret;" in gap

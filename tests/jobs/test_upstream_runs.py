@@ -352,14 +352,22 @@ def test_grpo_raises_the_open_file_limit_and_keeps_tensorboard_under_the_output(
 
 # -- MindSpeed-RL's own config classes and validator --------------------------------------------------------
 
-RL_CHECKOUT = FIXTURES / "mindspeed-rl-2.0.0" / "mindspeed_rl"
+# The MindSpeed-RL sets whose config classes the GRPO job is checked against: the job's stack (tests/jobs/conftest.py
+# `stacks`) and the set's fixture checkout (the upstream files at the set's pinned commit, byte for byte).
+RL_SETS = {"2.0.0": "rl", "2.1.0": "rl210", "2.2.0": "rl220"}
+
+
+def rl_checkout(release: str) -> Path:
+    return FIXTURES / f"mindspeed-rl-{release}" / "mindspeed_rl"
 
 
 @pytest.fixture
 def mindspeed_rl_config_cls(monkeypatch):
-    """mindspeed_rl.config_cls from the fixture checkout (62e9928a, byte for byte), imported without the
-    package __init__ files (they import torch, Ray and the datasets); mindspeed_rl.utils, which pulls in the
-    tokenizer, is replaced by its Loggers alone, recording the warnings BaseConfig.update gives for unknown keys."""
+    """load(release, nodes) -> mindspeed_rl.config_cls from the set's fixture checkout (62e9928a for 2.0.0, tags
+    v2.1.0 bfe1bd5a and v2.2.0 194b52b7), imported without the package __init__ files (they import torch, Ray and the
+    datasets); mindspeed_rl.utils, which pulls in the tokenizer, is replaced by its Loggers alone, recording the
+    warnings BaseConfig.update gives for unknown keys, and mindspeed_rl.utils.utils (2.2.0's validator imports
+    it) by get_node_nums alone, the Ray cluster's live node count (ray.nodes()) as the job's nodes."""
     import importlib
     import types
 
@@ -374,20 +382,27 @@ def mindspeed_rl_config_cls(monkeypatch):
 
         info = debug = error = warning
 
-    pkg = types.ModuleType("mindspeed_rl")
-    pkg.__path__ = [str(RL_CHECKOUT / "mindspeed_rl")]
-    sub = types.ModuleType("mindspeed_rl.config_cls")
-    sub.__path__ = [str(RL_CHECKOUT / "mindspeed_rl" / "config_cls")]
-    utils = types.ModuleType("mindspeed_rl.utils")
-    utils.Loggers = Loggers
-    for name in [n for n in sys.modules if n == "mindspeed_rl" or n.startswith("mindspeed_rl.")]:
-        monkeypatch.delitem(sys.modules, name)
-    monkeypatch.setitem(sys.modules, "mindspeed_rl", pkg)
-    monkeypatch.setitem(sys.modules, "mindspeed_rl.config_cls", sub)
-    monkeypatch.setitem(sys.modules, "mindspeed_rl.utils", utils)
-    mods = {n: importlib.import_module(f"mindspeed_rl.config_cls.{n}")
-            for n in ("megatron_config", "rl_config", "generate_config", "validate_config")}
-    yield mods, warnings
+    def load(release: str, nodes: int = 1):
+        checkout = rl_checkout(release)
+        pkg = types.ModuleType("mindspeed_rl")
+        pkg.__path__ = [str(checkout / "mindspeed_rl")]
+        sub = types.ModuleType("mindspeed_rl.config_cls")
+        sub.__path__ = [str(checkout / "mindspeed_rl" / "config_cls")]
+        utils = types.ModuleType("mindspeed_rl.utils")
+        utils.__path__ = []
+        utils.Loggers = Loggers
+        utils_utils = types.ModuleType("mindspeed_rl.utils.utils")
+        utils_utils.get_node_nums = lambda: nodes
+        for name in [n for n in sys.modules if n == "mindspeed_rl" or n.startswith("mindspeed_rl.")]:
+            monkeypatch.delitem(sys.modules, name)
+        monkeypatch.setitem(sys.modules, "mindspeed_rl", pkg)
+        monkeypatch.setitem(sys.modules, "mindspeed_rl.config_cls", sub)
+        monkeypatch.setitem(sys.modules, "mindspeed_rl.utils", utils)
+        monkeypatch.setitem(sys.modules, "mindspeed_rl.utils.utils", utils_utils)
+        return {n: importlib.import_module(f"mindspeed_rl.config_cls.{n}")
+                for n in ("megatron_config", "rl_config", "generate_config", "validate_config")}
+
+    yield load, warnings
     for name in [n for n in sys.modules if n.startswith("mindspeed_rl.config_cls.")]:
         monkeypatch.delitem(sys.modules, name, raising=False)
 
@@ -408,18 +423,23 @@ def _nodes(value):
     return [_nodes(v) for v in value] if isinstance(value, list) else value
 
 
+@pytest.mark.parametrize("release", sorted(RL_SETS))
 @pytest.mark.parametrize("example", ["seed000-grpo-qwen25-7b.yaml", "seed000-grpo-qwen25-7b-2nodes.yaml"])
-def test_grpo_config_passes_mindspeed_rls_own_config_classes_and_validator(example, shipped, stacks, sft_job,
-                                                                           mindspeed_rl_config_cls):
-    """The rendered configs as cli/train_grpo.py @ 62e9928a reads them (parse_training_config: MegatronConfig of
-    megatron_training + actor_config with the model group, RLConfig, GenerateConfig, then validate_rl_args): every
-    key is one the config classes know (BaseConfig.update warns on any other and drops it), the reference's
-    integrated_mode_config included, and the validator accepts the whole."""
+def test_grpo_config_passes_mindspeed_rls_own_config_classes_and_validator(example, release, shipped, stacks,
+                                                                           sft_job, mindspeed_rl_config_cls):
+    """The rendered configs as the set's cli/train_grpo.py reads them (2.0.0 @ 62e9928a, 2.1.0 @ bfe1bd5a,
+    2.2.0 @ 194b52b7:
+    parse_training_config: MegatronConfig of megatron_training + actor_config with the model group, RLConfig,
+    GenerateConfig, then validate_rl_args): every key is one the config classes know (BaseConfig.update warns on
+    any other and drops it), the reference's integrated_mode_config included, and the validator accepts the whole."""
     from tests.jobs.conftest import EXAMPLES
 
-    mods, warnings = mindspeed_rl_config_cls
+    load, warnings = mindspeed_rl_config_cls
     nnodes = 2 if "2nodes" in example else 1
-    p = build(shipped, sft_job((EXAMPLES / example).read_text()), stacks["rl"], chips=8, nnodes=nnodes)
+    stack = stacks[RL_SETS[release]]
+    assert stack["extras"]["mindspeed_llm"]["set"] == f"mindspeed-rl-{release}"
+    mods = load(release, nnodes)
+    p = build(shipped, sft_job((EXAMPLES / example).read_text()), stack, chips=8, nnodes=nnodes)
     config = yaml.safe_load(p.files["configs/grpo.yaml"])
     config["model"] = yaml.safe_load(p.files["configs/model/job_model.yaml"])  # hydra's `defaults: model`
     config = _nodes(config)
@@ -429,8 +449,8 @@ def test_grpo_config_passes_mindspeed_rls_own_config_classes_and_validator(examp
     generate = mods["generate_config"].GenerateConfig(config["generate_config"])
     # RLConfig reads mini_batch_size from the dict itself after update(), which warns first (as for upstream's
     # own configs): a key is unknown when no class knows it and none reads it from config_dict
-    read_itself = set(re.findall(r"config_dict\.get\('(\w+)'", (RL_CHECKOUT / "mindspeed_rl" / "config_cls"
-                                                                   / "rl_config.py").read_text()))
+    read_itself = set(re.findall(r"config_dict\.get\('(\w+)'", (rl_checkout(release) / "mindspeed_rl"
+                                                                   / "config_cls" / "rl_config.py").read_text()))
     unknown = {m.group(1) for w in warnings if (m := re.match(r"The key: (\w+) is missing", w))} - read_itself
     assert read_itself and unknown == set() and all(w.startswith("The key: ") for w in warnings), warnings
     assert rl.use_integrated_worker and rl.integrated_mode_config == {"ref_model_load_path": p.paths["weights"]}

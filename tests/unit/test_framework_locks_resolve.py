@@ -44,7 +44,7 @@ def _hard(env: dict) -> dict[str, str]:
         return {"mindspore": env["mindspore"]}
     base = next(r for r in M.rows("packages") if r["id"] == env["base_set"])
     npu = next(r for r in base["resolved_with"] if r.startswith("torch-npu=="))
-    return {"torch": env["torch"], "torch-npu": npu.split("==", 1)[1]}
+    return {"torch": env["torch"], "torch-npu": env.get("torch_npu") or npu.split("==", 1)[1]}  # as the lock was made
 
 
 def _lines(env: dict, target: Target) -> dict[str, str]:
@@ -91,7 +91,11 @@ def _check(env_id: str, arch: str) -> list[str]:
     # 3. pip's resolver, given the lock (less the packages whose unmet requirements are recorded) and what the
     #    packages built from source declare, installs exactly the lock
     reqs = [f"{n}=={v}" for n, v in lock.items() if n not in requirers]
-    reqs += [r for name, rs in (env.get("sources") or {}).items() if norm(name) not in requirers for r in rs]
+    # (less their pins on the stack's framework, which the framework layer holds and check 2 checks, as the lock
+    # was made: fwlock.own_requirements; vllm-ascend's torch-npu==2.5.1.post1 would pull in torch==2.5.1+cpu)
+    step = fwlock.Step("sources", "", tuple(r for name, rs in (env.get("sources") or {}).items()
+                                            if norm(name) not in requirers for r in rs), "sources")
+    reqs += fwlock.own_requirements(step, hard)
     reqs += [f"torch=={hard['torch']}"] if "torch" in hard else [f"mindspore=={hard['mindspore']}"]
     resolved = _ask(target, reqs)
     for item in resolved:

@@ -120,8 +120,8 @@ def test_fixture_files_are_the_upstream_files_the_locks_were_made_from(m):
     llm = {"mindspeed/requirements.txt", "mindspeed_llm/requirements.txt"}
     assert checked == {
         # MindSpeed-LLM's requirements are not installed for RL (as upstream), so its file is no input there
-        "mindspeed-rl-2.0.0": {"mindspeed/requirements.txt", "mindspeed_rl/requirements.txt",
-                               "vllm_ascend/requirements.txt"},
+        **{f"mindspeed-rl-{v}": {"mindspeed/requirements.txt", "mindspeed_rl/requirements.txt",
+                                 "vllm_ascend/requirements.txt"} for v in ("2.0.0", "2.1.0", "2.2.0")},
         # every MindSpeed-LLM set of the matrix has its fixture (the image tests build each one's checkouts)
         **{b["id"]: llm for b in bundles.values() if b["kind"] == "mindspeed-llm"}}
     import tarfile
@@ -130,6 +130,53 @@ def test_fixture_files_are_the_upstream_files_the_locks_were_made_from(m):
     with tarfile.open(fwrepos.FIXTURES / "mindformers-v1.7.0.tar.gz") as tar:
         blob = tar.extractfile("mindformers/requirements.txt").read()
     assert hashlib.sha256(blob).hexdigest() == next(iter(mf["inputs"].values()))
+
+
+def test_a_steps_pin_on_the_stacks_framework_is_left_to_the_framework_layer():
+    """vllm-ascend 8c7bc459 (MindSpeed-RL 2.2.0's) pins torch-npu==2.5.1.post1 in requirements.txt: pip is not asked
+    for it (its x86_64 wheel would pull in torch==2.5.1+cpu, which PyPI has not), the stack's framework layer holds
+    it; a pin the framework does not meet is an unmet requirement of the package, as upstream's pip check says."""
+    from provisioner.image.pipreport import Item, Target
+
+    asked = []
+
+    class Pip:  # pip's report for the target: what pip would install (the one call fwlock makes)
+        def report(self, target, reqs, constraints=(), no_deps=False):
+            asked.append(list(reqs))
+            return [Item("msgpack", "1.1.0", (), ""), Item("torch-npu", "2.5.1.post1", ("torch==2.5.1",), "")]
+
+    target = Target("3.10", "x86_64", ("manylinux2014_x86_64",))
+    hard = {"torch": "2.5.1", "torch-npu": "2.5.1.post1"}
+    step = fwlock.Step("vllm-ascend", "t", ("msgpack", "torch>=2.5.1", "torch-npu==2.5.1.post1"), "o")
+    items = fwlock.resolve_step(Pip(), target, step, {}, hard)
+    assert asked == [["msgpack"]] and [i.name for i in items] == ["msgpack"]
+    state = {"msgpack": fwlock.Entry("1.1.0", "vllm-ascend", ())}
+    dev = {"vllm-ascend": ("torch-npu==2.5.1.post1.dev20250528",)}  # dedace4c's pin (MindSpeed-RL 2.1.0)
+    assert fwlock.unmet(state, target, hard, {"vllm-ascend": step.requirements}) == []
+    assert [c["installed"] for c in fwlock.unmet(state, target, hard, dev)] == ["2.5.1.post1"]
+
+
+def test_a_pin_no_index_serves_is_substituted_by_name_and_said(tmp_path):
+    """MindSpeed-RL 2.1.0/2.2.0 pin av==14.3.0, a PyPI release without files: the step's `substitute` replaces that
+    line (and only that one) and says so; a substitute the file does not need, or one without notes, is refused."""
+    reqs, done = fwlock.substitute(["numpy==1.26.4", "av==14.3.0", "ray==2.42.1"], {"av": "av==14.2.0"})
+    assert reqs == ["numpy==1.26.4", "av==14.2.0", "ray==2.42.1"] and done == ["av==14.3.0 -> av==14.2.0"]
+    with pytest.raises(ProvisionError, match="substitute names av, which the step's requirements do not hold"):
+        fwlock.substitute(["numpy==1.26.4"], {"av": "av==14.2.0"})
+    env = {r["id"]: r for r in loader.load(use_cache=False).rows("framework_envs")}["mindspeed-rl-2.2.0-torch2.5.1-py3.10"]
+    step = next(s for s in env["steps"] if s["name"] == "mindspeed-rl")
+    assert step["substitute"] == {"av": "av==14.2.0"} and "14.3.0" in step["notes"]
+    assert "av==14.2.0" in env["layers"]["mindspeed-rl"]  # the lock was made with the substitute
+    bad = tmp_path / "bad.yaml"
+    row = ("framework_envs:\n  - id: x\n    set: mindspeed-rl-2.2.0\n    python: '3.10'\n    steps:\n"
+           "      - {name: s, title: t, source: s, requirements: [av==14.3.0], substitute: {av: numpy==1}, notes: n}\n"
+           "    source: s\n")
+    bad.write_text(row)
+    with pytest.raises(MatrixError, match="substitute.av: the requirement must name av"):
+        loader.load([str(bad)], use_cache=False)
+    bad.write_text(row.replace("numpy==1", "av==14.2.0").replace(", notes: n", ""))
+    with pytest.raises(MatrixError, match="with the step's notes saying why"):
+        loader.load([str(bad)], use_cache=False)
 
 
 def test_parse_requirements_follows_pip_file_syntax():

@@ -52,6 +52,12 @@ CASES = {
     "800T-A2-mindspeed-llm-26.1.0-base-image-aarch64": [
         "--card", "800T-A2", "--recipe", "mindspeed-llm", "--cann", "9.1.0", "--python", "3.10",
         "--base-image", "registry.example.com/ascend/cann:9.1.0-910b-ubuntu22.04-py3.10", "--arch", "aarch64"],
+    # MindSpeed-RL 2.1.0 and 2.2.0 (torch 2.5.1 on CANN 8.2.RC1 / 8.3.RC1): Python 3.10 from the site's base image too.
+    "profile-mindspeed-rl-2.2.0-grpo-x86_64": ["--profile", "mindspeed-rl-2.2.0-grpo", "--arch", "x86_64"],
+    "800T-A2-mindspeed-rl-2.1.0-base-image-aarch64": [
+        "--card", "800T-A2", "--recipe", "mindspeed-llm", "--with", "apex", "--cann", "8.2.RC1", "--torch", "2.5.1",
+        "--python", "3.10", "--base-image", "registry.example.com/ascend/cann:8.2.rc1-910b-ubuntu22.04-py3.10",
+        "--arch", "aarch64"],
     "profile-mindspore-2.7.1-a2": ["--profile", "mindspore-2.7.1-a2", "--arch", "x86_64"],
     "800T-A2-mindformers-1.6.0-x86_64": ["--card", "800T-A2", "--recipe", "mindspore", "--with", "mindformers",
                                          "--mindspore", "2.7.0", "--arch", "x86_64"],

@@ -158,7 +158,7 @@ def test_unknown_extra_and_framework_mixups_are_input_errors(m):
 
 # --- profiles -----------------------------------------------------------------------------------
 
-KNOWN_GOOD = ["mindspeed-rl-2.0.0-grpo", "mindspore-2.7.1-a2", "a2-torch2.1-lora-deepspeed",
+KNOWN_GOOD = ["mindspeed-rl-2.0.0-grpo", "mindspeed-rl-2.2.0-grpo", "mindspore-2.7.1-a2", "a2-torch2.1-lora-deepspeed",
               "mindspeed-llm-2.3.0-a2", "llamafactory-a2-cann9.0", "llamafactory-a2-cann9.1", "a3-torch2.12-cann9.1"]
 
 
@@ -208,6 +208,24 @@ def test_seed_grpo_on_the_right_hardware_is_the_mindspeed_rl_set(m):
     assert ms["mindspeed"] == "0dfa0035ec54d9a74b2f6ee2867367df897299df"
     assert ms["megatron"] == "core_r0.8.0" and ms["mindspeed_llm"] == "421ef7bcb83fb31844a1efb688cde71705c0526e"
     assert s["apex"] and s["torch"]["version"] == "2.5.1"
+
+
+def test_mindspeed_rl_releases_are_the_sets_of_their_cann(m):
+    """MindSpeed-RL 2.1.0 and 2.2.0 (install guides at tags v2.1.0 bfe1bd5a and v2.2.0 194b52b7): torch 2.5.1 on CANN
+    8.2.RC1 and 8.3.RC1, with the MindSpeed, MindSpeed-LLM and vllm-ascend commits their guides check out."""
+    s = stack(m, profile="mindspeed-rl-2.2.0-grpo")
+    ms = s["extras"]["mindspeed_llm"]
+    assert ms["set"] == "mindspeed-rl-2.2.0" and ms["mindspeed_rl"] == "v2.2.0"
+    assert ms["commits"] == {"mindspeed": "ca70c1338f1b3d1ce46a0ea426e5779ae1312e2e",
+                             "megatron": "baf94af3c667248865f23df73b9fb8e2395e6fd0",
+                             "mindspeed_llm": "bf1e61f4f9dc1baa3124a69c5e15af5a2e46b731",
+                             "mindspeed_rl": "194b52b7b34b69963f21bee0d13d01c155cd2db2",
+                             "vllm_ascend": "8c7bc4592fc3b7628b837031f1557979ffbf7601"}
+    assert s["apex"] and s["torch"]["version"] == "2.5.1" and s["cann"]["version"] == "8.3.RC1"
+    s = stack(m, card="800T-A2", cann="8.2.RC1", torch="2.5.1", python="3.10", extras=["apex", "mindspeed-llm"],
+              base_image="registry.example.com/ascend/cann:8.2.rc1-910b-ubuntu22.04-py3.10")
+    assert s["extras"]["mindspeed_llm"]["set"] == "mindspeed-rl-2.1.0"
+    assert s["extras"]["mindspeed_llm"]["commits"]["vllm_ascend"] == "dedace4c45758772afb79177145e6ada4760f0d5"
 
 
 def test_profile_options_are_overridden_by_flags(m):
