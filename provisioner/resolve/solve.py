@@ -111,7 +111,8 @@ def resolve(matrix: Matrix, req: Request) -> Stack:
     alt_stacks = []
     for dropped, actx, acand in alternatives[:MAX_ALTERNATIVES]:
         # An alternative that drops `--with X` is a stack without X (its candidate was chosen without it).
-        gone = {flag.split(" ", 1)[1] for flag in dropped if flag.startswith("--with ")}
+        # (its flag may carry a note: "--with mindspeed-llm (pinned refs)")
+        gone = {flag.split()[1] for flag in dropped if flag.startswith("--with ")}
         if gone:
             actx = Context(actx.m, actx.req.replace(extras=tuple(e for e in actx.req.extras if e not in gone)),
                            actx.card, actx.family)

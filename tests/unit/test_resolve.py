@@ -228,6 +228,16 @@ def test_mindspeed_rl_releases_are_the_sets_of_their_cann(m):
     assert s["extras"]["mindspeed_llm"]["commits"]["vllm_ascend"] == "dedace4c45758772afb79177145e6ada4760f0d5"
 
 
+def test_a_pinned_set_that_does_not_fit_is_refused_with_alternatives_not_a_traceback(m):
+    """Pins of MindSpeed-RL v2.1.0 (CANN 8.2.RC1) on CANN 8.3.RC1: the alternative that drops the pinned
+    `--with mindspeed-llm` is a stack without it (the constraint's flag reads "--with mindspeed-llm (pinned refs)");
+    it was built with the extra still asked and no set fitting, and ended in ValueError from max()."""
+    err = refused(m, card="800T-A2", cann="8.3.RC1", torch="2.5.1", python="3.10", extras=["apex", "mindspeed-llm"],
+                  pins=(("mindspeed_rl", "v2.1.0"),), base_image="registry.example.com/ascend/cann:8.3.rc1-py3.10")
+    relaxed = [a for a in err.alternatives if "--with mindspeed-llm (pinned refs)" in a["relaxed"]]
+    assert relaxed and all("mindspeed_llm" not in a["extras"] for a in relaxed)
+
+
 def test_profile_options_are_overridden_by_flags(m):
     s = stack(m, profile="llamafactory-a2-cann9.0", card="800T-A3")
     assert s["card"]["id"] == "800T-A3" and s["base_image"]["tag"].startswith("9.0.0-a3-")
