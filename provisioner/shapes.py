@@ -156,6 +156,7 @@ class Candidate(TypedDict, total=False):
     os: str
     soft: list[str]
     unlisted: list[str]  # the warning for a base image outside today's official list
+    via_sets: list[str]  # the MindSpeed sets whose own guide alone pairs this torch_npu with this CANN
 
 
 # ---------------------------------------------------------------- HostReport

@@ -237,6 +237,9 @@ SECTIONS: dict[str, Section] = {
             "families": list_of(STR),
             "apex": opt(BOOL),
             "status": opt(enum("release", "preview")),
+            # torch_npu x CANN pairings the set's own install guide states and no TorchNPU table lists: a
+            # candidate on one of them is offered to a request for this set only (resolve/candidates.py)
+            "torch_npu_pairings": records({"wheel": VER, "cann": list_of(VER)}),
             **NOTES,
         },
         doc="MindSpeed + Megatron + MindSpeed-LLM(/RL) sets released together",

@@ -104,6 +104,21 @@ class Context:
                 " the image needs one (an overlay set; scripts/lock_packages.py resolves it)"]
         return self._sets[key]
 
+    def set_pairings(self) -> dict[tuple, list[str]]:
+        """(torch_npu wheel, CANN) -> the MindSpeed sets whose own install guide pairs them (`torch_npu_pairings`
+        of matrices/mindspeed.yaml) where no TorchNPU table does. Only a request for such a set
+        (`--with mindspeed-llm`) gets them: a plain stack stays on TorchNPU's own pairings."""
+        out: dict[tuple, list[str]] = {}
+        if "mindspeed-llm" not in self.req.extras:
+            return out
+        for b in self.m.rows("llm_bundles"):
+            if b.get("families") and self.family["id"] not in b["families"]:
+                continue
+            for p in b.get("torch_npu_pairings") or []:
+                for cann in p["cann"]:
+                    out.setdefault((parse(p["wheel"]).key, parse(cann).key), []).append(b["id"])
+        return out
+
     def base(self) -> list[Candidate]:
         if self._base is None:
             framework = self.req.framework or "pytorch"
@@ -149,6 +164,7 @@ def python_ok(py: str, *ranges: str | None) -> bool:
 def _pytorch(ctx: Context) -> Iterator[Candidate]:
     m = ctx.m
     canns = [(c, ctx.images(c), [parse(a) for a in [c["version"], *c.get("aliases", [])]]) for c in ctx.cann_rows()]
+    set_pairings = ctx.set_pairings()
     for wheel in m.rows("torch_npu"):
         if not wheel.get("cann") or not wheel["on_pypi"]:
             continue  # no published CANN pairing, or pip cannot fetch it: never part of a stack
@@ -161,13 +177,19 @@ def _pytorch(ctx: Context) -> Iterator[Candidate]:
             if not images:
                 continue
             paired = wheel_cann in names
-            if not paired and not in_specs(compat, cann["version"]):
+            via_sets = [] if paired else set_pairings.get((parse(wheel["wheel"]).key, parse(cann["version"]).key), [])
+            if not paired and not via_sets and not in_specs(compat, cann["version"]):
                 continue
             for img in images:
                 if not python_ok(img["python"], wheel_py, cann.get("python")) or not ctx.floor_ok(img["python"]):
                     continue
                 soft = []
-                if not paired:
+                if via_sets:
+                    soft.append(
+                        f"torch_npu {wheel['wheel']} with CANN {cann['version']} is paired by {', '.join(via_sets)}'s"
+                        f" install guide only (TorchNPU {wheel.get('product')} releases it with CANN {wheel['cann']})"
+                    )
+                elif not paired:
                     soft.append(
                         f"CANN {cann['version']} is in TorchNPU {wheel.get('product')}'s compatible range;"
                         f" torch_npu {wheel['wheel']} is released with CANN {wheel['cann']}"
@@ -195,6 +217,7 @@ def _pytorch(ctx: Context) -> Iterator[Candidate]:
                     "os": img["os"],
                     "soft": soft,
                     "unlisted": _unlisted(img),
+                    "via_sets": via_sets,
                 }
 
 
@@ -265,9 +288,12 @@ def bundles_for(ctx: Context, cand: Candidate, python: bool = True) -> list[dict
     out: list[dict] = []
     if torch is None:
         return out  # MindSpore stacks carry no MindSpeed
+    via_sets = cand.get("via_sets")
     for b in ctx.m.rows("llm_bundles"):
         if b.get("families") and ctx.family["id"] not in b["families"]:
             continue
+        if via_sets and b["id"] not in via_sets:
+            continue  # a pairing only that set's guide states carries that set alone
         if not any(same_torch(t, torch) for t in b["torch"]):
             continue
         canns = b.get("cann", [])

@@ -145,6 +145,9 @@ def make_stack(ctx: Context, cand: Candidate, via_alias: str | None) -> Stack:
         sources["torch_npu"] = _refs(m, wheel.get("source"))
         if cand["paired"]:
             cann_reason = f"torch_npu {wheel['wheel']} is released with it"
+        elif cand.get("via_sets"):
+            cann_reason = (f"paired with torch_npu {wheel['wheel']} by {', '.join(cand['via_sets'])}'s install guide"
+                           f" (TorchNPU {wheel.get('product')} releases it with CANN {wheel['cann']})")
         else:
             rel = m.release(wheel.get("product")) or {}
             cann_reason = (f"within TorchNPU {wheel.get('product')}'s compatible CANN range"

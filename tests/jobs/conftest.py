@@ -40,6 +40,7 @@ def stacks() -> dict:
         "llm": _resolve(profile="mindspeed-llm-2.3.0-a2"),
         "rl": _resolve(profile="mindspeed-rl-2.0.0-grpo"),
         "rl220": _resolve(profile="mindspeed-rl-2.2.0-grpo"),
+        "rl230": _resolve(profile="mindspeed-rl-2.3.0-grpo"),
         # MindSpeed-RL 2.1.0: the set a CANN 8.2.RC1 stack with torch 2.5.1 carries (a site's Python 3.10 image)
         "rl210": _resolve(card="800T-A2", cann="8.2.RC1", torch="2.5.1", python="3.10", extras=("apex", "mindspeed-llm"),
                           base_image="registry.example.com/ascend/cann:8.2.rc1-910b-ubuntu22.04-py3.10"),

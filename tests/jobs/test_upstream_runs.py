@@ -354,7 +354,7 @@ def test_grpo_raises_the_open_file_limit_and_keeps_tensorboard_under_the_output(
 
 # The MindSpeed-RL sets whose config classes the GRPO job is checked against: the job's stack (tests/jobs/conftest.py
 # `stacks`) and the set's fixture checkout (the upstream files at the set's pinned commit, byte for byte).
-RL_SETS = {"2.0.0": "rl", "2.1.0": "rl210", "2.2.0": "rl220"}
+RL_SETS = {"2.0.0": "rl", "2.1.0": "rl210", "2.2.0": "rl220", "2.3.0": "rl230"}
 
 
 def rl_checkout(release: str) -> Path:
@@ -364,10 +364,10 @@ def rl_checkout(release: str) -> Path:
 @pytest.fixture
 def mindspeed_rl_config_cls(monkeypatch):
     """load(release, nodes) -> mindspeed_rl.config_cls from the set's fixture checkout (62e9928a for 2.0.0, tags
-    v2.1.0 bfe1bd5a and v2.2.0 194b52b7), imported without the package __init__ files (they import torch, Ray and the
+    v2.1.0 bfe1bd5a, v2.2.0 194b52b7 and v2.3.0 4b30d034), imported without the package __init__ files (they import torch, Ray and the
     datasets); mindspeed_rl.utils, which pulls in the tokenizer, is replaced by its Loggers alone, recording the
     warnings BaseConfig.update gives for unknown keys, and mindspeed_rl.utils.utils (2.2.0's validator imports
-    it) by get_node_nums alone, the Ray cluster's live node count (ray.nodes()) as the job's nodes."""
+    and 2.3.0's import it) by get_node_nums alone, the Ray cluster's live node count (ray.nodes()) as the job's nodes."""
     import importlib
     import types
 
@@ -428,7 +428,7 @@ def _nodes(value):
 def test_grpo_config_passes_mindspeed_rls_own_config_classes_and_validator(example, release, shipped, stacks,
                                                                            sft_job, mindspeed_rl_config_cls):
     """The rendered configs as the set's cli/train_grpo.py reads them (2.0.0 @ 62e9928a, 2.1.0 @ bfe1bd5a,
-    2.2.0 @ 194b52b7:
+    2.2.0 @ 194b52b7, 2.3.0 @ 4b30d034:
     parse_training_config: MegatronConfig of megatron_training + actor_config with the model group, RLConfig,
     GenerateConfig, then validate_rl_args): every key is one the config classes know (BaseConfig.update warns on
     any other and drops it), the reference's integrated_mode_config included, and the validator accepts the whole."""

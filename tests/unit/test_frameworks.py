@@ -121,7 +121,7 @@ def test_fixture_files_are_the_upstream_files_the_locks_were_made_from(m):
     assert checked == {
         # MindSpeed-LLM's requirements are not installed for RL (as upstream), so its file is no input there
         **{f"mindspeed-rl-{v}": {"mindspeed/requirements.txt", "mindspeed_rl/requirements.txt",
-                                 "vllm_ascend/requirements.txt"} for v in ("2.0.0", "2.1.0", "2.2.0")},
+                                 "vllm_ascend/requirements.txt"} for v in ("2.0.0", "2.1.0", "2.2.0", "2.3.0")},
         # every MindSpeed-LLM set of the matrix has its fixture (the image tests build each one's checkouts)
         **{b["id"]: llm for b in bundles.values() if b["kind"] == "mindspeed-llm"}}
     import tarfile

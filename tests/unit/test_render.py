@@ -54,6 +54,8 @@ CASES = {
         "--base-image", "registry.example.com/ascend/cann:9.1.0-910b-ubuntu22.04-py3.10", "--arch", "aarch64"],
     # MindSpeed-RL 2.1.0 and 2.2.0 (torch 2.5.1 on CANN 8.2.RC1 / 8.3.RC1): Python 3.10 from the site's base image too.
     "profile-mindspeed-rl-2.2.0-grpo-x86_64": ["--profile", "mindspeed-rl-2.2.0-grpo", "--arch", "x86_64"],
+    # MindSpeed-RL 2.3.0: torch_npu 2.5.1.post1 on CANN 8.5.0 as its install guide pairs them (official py3.10 image).
+    "profile-mindspeed-rl-2.3.0-grpo-aarch64": ["--profile", "mindspeed-rl-2.3.0-grpo", "--arch", "aarch64"],
     "800T-A2-mindspeed-rl-2.1.0-base-image-aarch64": [
         "--card", "800T-A2", "--recipe", "mindspeed-llm", "--with", "apex", "--cann", "8.2.RC1", "--torch", "2.5.1",
         "--python", "3.10", "--base-image", "registry.example.com/ascend/cann:8.2.rc1-910b-ubuntu22.04-py3.10",

@@ -158,7 +158,7 @@ def test_unknown_extra_and_framework_mixups_are_input_errors(m):
 
 # --- profiles -----------------------------------------------------------------------------------
 
-KNOWN_GOOD = ["mindspeed-rl-2.0.0-grpo", "mindspeed-rl-2.2.0-grpo", "mindspore-2.7.1-a2", "a2-torch2.1-lora-deepspeed",
+KNOWN_GOOD = ["mindspeed-rl-2.0.0-grpo", "mindspeed-rl-2.2.0-grpo", "mindspeed-rl-2.3.0-grpo", "mindspore-2.7.1-a2", "a2-torch2.1-lora-deepspeed",
               "mindspeed-llm-2.3.0-a2", "llamafactory-a2-cann9.0", "llamafactory-a2-cann9.1", "a3-torch2.12-cann9.1"]
 
 
@@ -236,6 +236,31 @@ def test_a_pinned_set_that_does_not_fit_is_refused_with_alternatives_not_a_trace
                   pins=(("mindspeed_rl", "v2.1.0"),), base_image="registry.example.com/ascend/cann:8.3.rc1-py3.10")
     relaxed = [a for a in err.alternatives if "--with mindspeed-llm (pinned refs)" in a["relaxed"]]
     assert relaxed and all("mindspeed_llm" not in a["extras"] for a in relaxed)
+
+
+def test_mindspeed_rl_2_3_0_gets_torch_npu_2_5_1_on_cann_8_5_0_from_its_own_guide_and_nothing_else_does(m):
+    """MindSpeed-RL v2.3.0 (4b30d034 docs/install_guide.md) pairs torch/torch_npu 2.5.1 with CANN 8.5.0; Ascend/pytorch
+    releases 2.5.1.post1 with CANN 8.2.RC1 only (COMPATIBILITY.en.md @ 9e73e708) and TorchNPU 7.1.0's range ends at
+    8.3.RC1. The set's pairing reaches that set alone: a plain torch 2.5.1 stack on 8.5.0 stays refused, as does
+    another MindSpeed-RL set pinned there."""
+    s = stack(m, profile="mindspeed-rl-2.3.0-grpo")
+    ms = s["extras"]["mindspeed_llm"]
+    assert ms["set"] == "mindspeed-rl-2.3.0" and ms["mindspeed_rl"] == "v2.3.0"
+    assert ms["commits"] == {"mindspeed": "ac9f0e74061f968fdb285aa6a0df68a980fb0412",
+                             "megatron": "a845aa7e12b3a117e24c2352b9e3e60bad2e3a17",
+                             "mindspeed_llm": "a2c0733b9c8674e240a0a7607ed3f973115cc6b7",
+                             "mindspeed_rl": "4b30d034e4fb6abc5ce844a667491e8a3cc4909c",
+                             "vllm_ascend": "8c7bc4592fc3b7628b837031f1557979ffbf7601"}
+    assert (s["cann"]["version"], s["torch"]["version"], s["torch_npu"]["version"]) == ("8.5.0", "2.5.1", "2.5.1.post1")
+    assert "mindspeed-rl-2.3.0's install guide" in s["explain"]["cann"]
+    assert any("paired by mindspeed-rl-2.3.0's install guide only" in w for w in s["warnings"])
+    err = refused(m, card="800T-A2", cann="8.5.0", torch="2.5.1", python="3.10")
+    assert "torch 2.5.1 works with CANN 8.0.RC2–8.3.RC1" in " | ".join(err.reasons)
+    refused(m, card="800T-A2", cann="8.5.0", torch="2.5.1", python="3.10", extras=["apex", "mindspeed-llm"],
+            pins=(("mindspeed_rl", "v2.2.0"),))
+    # asked for MindSpeed without pins on CANN 8.5.0, a MindSpeed-LLM set still wins over the RL-only pairing
+    s = stack(m, card="800T-A2", cann="8.5.0", python="3.10", extras=["mindspeed-llm"])
+    assert s["extras"]["mindspeed_llm"]["kind"] == "mindspeed-llm" and s["torch"]["version"] != "2.5.1"
 
 
 def test_profile_options_are_overridden_by_flags(m):

@@ -81,7 +81,7 @@ def test_a_paired_hdk_the_notes_name_must_be_listed(facts, tmp_path):
 
 def test_a_planted_wrong_handler_name_is_reported(facts, tmp_path):
     bad = [c for c in report(facts, tmp_path, HANDLER).mismatches if c.check == "job-name"]
-    assert len(bad) == 9  # one per MindSpeed-LLM commit the sets pin (six LLM sets, the three RL sets' own)
+    assert len(bad) == 10  # one per MindSpeed-LLM commit the sets pin (six LLM sets, the four RL sets' own)
     assert all(c.found == "no such class" and "AlpacaStyleInstructionHandler" in c.evidence for c in bad)
 
 
