@@ -260,15 +260,16 @@ def test_a_release_without_the_models_upstream_example_says_so(shipped, stacks, 
 
 
 def test_mindspeed_rl_converts_with_its_own_cli_on_2_0_and_with_mindspeed_llm_from_2_1(shipped, stacks, sft_job):
-    """cli/convert_ckpt.py is in MindSpeed-RL @ 62e9928a (2.0.0) and in neither v2.1.0 (bfe1bd5a) nor v2.2.0
-    (194b52b7), whose GRPO guide converts with MindSpeed-LLM at its install guide's commit: the job runs that
+    """cli/convert_ckpt.py is in MindSpeed-RL @ 62e9928a (2.0.0) and in none of v2.1.0 (bfe1bd5a), v2.2.0
+    (194b52b7) and v2.3.0 (4b30d034), whose GRPO guide converts with MindSpeed-LLM at its install guide's commit: the job runs that
     checkout's convert_ckpt.py (the image keeps it at /opt/MindSpeed-LLM) for the weights and the export."""
     from tests.jobs.conftest import EXAMPLES
 
     job = sft_job((EXAMPLES / "seed000-grpo-qwen25-7b.yaml").read_text())
     for stack, converter in ((stacks["rl"], "python cli/convert_ckpt.py \\"),
                              (stacks["rl210"], "python /opt/MindSpeed-LLM/convert_ckpt.py \\"),
-                             (stacks["rl220"], "python /opt/MindSpeed-LLM/convert_ckpt.py \\")):
+                             (stacks["rl220"], "python /opt/MindSpeed-LLM/convert_ckpt.py \\"),
+                             (stacks["rl230"], "python /opt/MindSpeed-LLM/convert_ckpt.py \\")):
         p = build(shipped, job, stack, chips=8)
         steps = [f for f in p.files if f.endswith(("-convert.sh", "-export.sh"))]
         assert len(steps) == 2, sorted(p.files)
@@ -281,13 +282,13 @@ def test_mindspeed_rl_converts_with_its_own_cli_on_2_0_and_with_mindspeed_llm_fr
 
 
 def test_mindspeed_rl_2_1_and_2_2_get_their_releases_vllm_variables(shipped, stacks, sft_job):
-    """MindSpeed-RL 2.1.0/2.2.0's vllm_engine.py reads os.environ['VLLM_USE_V1'] unguarded and their
+    """MindSpeed-RL 2.1.0/2.2.0/2.3.0's vllm_engine.py reads os.environ['VLLM_USE_V1'] unguarded and their
     configs/envs/runtime_env.yaml sets it with VLLM_VERSION and VLLM_DP_SIZE (job_release_env); 2.0.0 has none of
     them. The job file's env still wins."""
     from tests.jobs.conftest import EXAMPLES
 
     text = (EXAMPLES / "seed000-grpo-qwen25-7b.yaml").read_text()
-    for key, want in (("rl", None), ("rl210", "1"), ("rl220", "1")):
+    for key, want in (("rl", None), ("rl210", "1"), ("rl220", "1"), ("rl230", "1")):
         p = build(shipped, sft_job(text), stacks[key], chips=8)
         assert p.env.get("VLLM_USE_V1") == want, key
         runtime = p.files["configs/runtime_env.yaml"]
