@@ -4,7 +4,9 @@ The loss runs the decoder, keeps only the hidden states of positions that
 have a target, and applies the output head to those in chunks, upcasting
 one chunk of logits at a time. Prompt positions never reach the vocabulary
 projection, and the full [tokens, vocab] logits are never materialised
-(twice, as bf16 and fp32) the way a plain ``model(labels=...)`` does.
+(twice, as bf16 and fp32) the way a plain ``model(labels=...)`` does. The
+cross-entropy turns the chunk's logits into their own gradient in place
+(``_CrossEntropySum``) instead of running log_softmax and its backward.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
@@ -131,7 +132,37 @@ class SFTLoss(nn.Module):
 
 
 def _ce_sum(head: nn.Module, h: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(head(h).float(), t, reduction="sum")
+    out: torch.Tensor = _CrossEntropySum.apply(head(h), t)
+    return out
+
+
+class _CrossEntropySum(torch.autograd.Function):
+    """Summed cross-entropy of logits against targets ``t`` (every one a real target), in fp32.
+
+    F.cross_entropy(logits.float(), reduction="sum") makes four passes over [tokens, vocab] fp32 beyond the
+    logits themselves: log_softmax, and in backward a zero-filled one-hot gradient and log_softmax's
+    backward. Here forward is one logsumexp and one softmax into a buffer that then becomes
+    d(loss)/d(logits) = softmax - onehot in place, kept for backward (instead of log_softmax's output, the
+    same size), and backward scales it in place. The head itself stays a module call (hooks of sharding
+    strategies run), so this only replaces what follows it. One backward per forward, as the trainer does.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, logits: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        x = logits.float()
+        lse = torch.logsumexp(x, dim=1)
+        rows = torch.arange(t.shape[0], device=t.device)
+        loss = (lse - x[rows, t]).sum()
+        grad = (x - lse.unsqueeze(1)).exp_()  # softmax, in a new buffer
+        grad[rows, t] -= 1.0
+        ctx.save_for_backward(grad)
+        ctx.logits_dtype = logits.dtype
+        return loss
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor, None]:
+        (grad,) = ctx.saved_tensors
+        return grad.mul_(grad_out).to(ctx.logits_dtype), None
 
 
 def make_batch(

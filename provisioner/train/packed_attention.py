@@ -8,7 +8,11 @@ computes all T x T scores, most of them masked: a row of 2048 tokens holding
 ten samples does ten times the attention work its samples need. This
 attention function reads the sequence starts from the position ids (they
 restart at 0 for every packed sample) and runs causal SDPA per sequence, so
-the work is the sum of the samples' own squares and no mask is built.
+the work is the sum of the samples' own squares and no mask is built. The
+sequences are split() out of a token-major view of the batch, so backward
+joins their gradients in one concatenation (slices would zero-fill a whole
+row per sequence), and grouped-query heads are passed to SDPA as they are
+where torch's kernel takes the groups itself (enable_gqa), not repeated.
 
 Right-padded rows (the unpacked path) need no mask either: under causal
 attention a real token never sees the padding after it. Models with sliding
@@ -23,6 +27,7 @@ NAME = "provision_packed_sdpa"
 # Model types whose attention is plain causal softmax attention (rotary positions, GQA allowed).
 PLAIN_CAUSAL = ("qwen2", "qwen3", "llama")
 _cache: dict[str, Any] = {"ref": None, "segments": None}
+_gqa: dict[tuple[Any, ...], bool] = {}
 
 
 def usable(model_config: dict[str, Any]) -> bool:
@@ -101,23 +106,45 @@ def packed_sdpa_forward(
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs)
-    groups = query.shape[1] // key.shape[1]
-    if groups > 1:  # grouped-query attention: repeat the key/value heads (as transformers' repeat_kv)
-        key = key.repeat_interleave(groups, dim=1)
-        value = value.repeat_interleave(groups, dim=1)
-    p = dropout if module.training else 0.0
-    rows = []
+    B, H, T, D = query.shape
     segments = _segments(position_ids)
-    if len(segments) != query.shape[0]:  # one row of positions shared by the batch
-        segments = segments[:1] * query.shape[0]
-    for b, segs in enumerate(segments):
-        parts = [
-            F.scaled_dot_product_attention(
-                query[b : b + 1, :, s:e], key[b : b + 1, :, s:e], value[b : b + 1, :, s:e],
-                dropout_p=p, is_causal=True, scale=scaling,
-            )
-            for s, e in segs
-        ]
-        rows.append(parts[0] if len(parts) == 1 else torch.cat(parts, dim=2))
-    out = rows[0] if len(rows) == 1 else torch.cat(rows, dim=0)
-    return out.transpose(1, 2).contiguous(), None
+    if len(segments) != B:  # one row of positions shared by the batch
+        segments = segments[:1] * B
+    lengths = [e - s for segs in segments for s, e in segs]
+    native_gqa = key.shape[1] != H and _native_gqa(query, key)
+    if key.shape[1] != H and not native_gqa:  # grouped-query attention: repeat the key/value heads (as repeat_kv)
+        key = key.repeat_interleave(H // key.shape[1], dim=1)
+        value = value.repeat_interleave(H // value.shape[1], dim=1)
+    gqa = {"enable_gqa": True} if native_gqa else {}
+    p = dropout if module.training else 0.0
+    # Every row's sequences end to end, token-major ([B*T, heads, D]: the layout the projections wrote, so
+    # mostly views): split() into the sequences is one concatenation in backward, where slicing each
+    # sequence out of the row would zero-fill and add a whole row's gradient per sequence.
+    q, k, v = (x.transpose(1, 2).reshape(B * T, x.shape[1], D).split(lengths) for x in (query, key, value))
+    parts = [
+        F.scaled_dot_product_attention(
+            qs.transpose(0, 1).unsqueeze(0), ks.transpose(0, 1).unsqueeze(0), vs.transpose(0, 1).unsqueeze(0),
+            dropout_p=p, is_causal=True, scale=scaling, **gqa,
+        )[0].transpose(0, 1)
+        for qs, ks, vs in zip(q, k, v, strict=True)
+    ]
+    out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
+    return out.reshape(B, T, H, D), None
+
+
+def _native_gqa(query: Any, key: Any) -> bool:
+    """Does this torch run grouped-query SDPA (enable_gqa) on this device with the same kernel as plain SDPA,
+    without repeating the key/value heads? Asked once per device type and dtype, of torch itself."""
+    cache_key = (query.device.type, query.dtype, query.shape[1], key.shape[1])
+    if cache_key not in _gqa:
+        import torch
+
+        try:
+            q = torch.zeros((1, query.shape[1], 2, query.shape[3]), dtype=query.dtype, device=query.device)
+            k = torch.zeros((1, key.shape[1], 2, key.shape[3]), dtype=key.dtype, device=key.device)
+            grouped = torch._fused_sdp_choice(q, k, k, is_causal=True, enable_gqa=True)
+            kr = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+            _gqa[cache_key] = grouped == torch._fused_sdp_choice(q, kr, kr, is_causal=True)
+        except Exception:  # a torch without enable_gqa or without the choice function: repeat the heads
+            _gqa[cache_key] = False
+    return _gqa[cache_key]

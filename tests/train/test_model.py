@@ -104,3 +104,31 @@ def test_lora_wraps_only_the_targets_and_counts_flops(tiny_model_dir):
     assert shape.head_params == 151669 * 64 and shape.layers == 2 and shape.attn_width == 64
     with pytest.raises(ConfigError, match="no module named 'qkv'"):
         _model(tiny_model_dir, method="lora", lora={"target_modules": ["qkv"]})
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_head_cross_entropy_equals_torch_and_skips_log_softmax(dtype):
+    """The head's loss: F.cross_entropy's sum and gradients (fp32 math on bf16 logits too), without
+    log_softmax's passes over [targets, vocab] (forward, zero-filled one-hot and log_softmax backward)."""
+    import torch.nn.functional as F
+    from torch.profiler import profile
+
+    from provisioner.train.model import _ce_sum
+
+    torch.manual_seed(0)
+    head = torch.nn.Linear(64, 5000, bias=False).to(dtype)
+    h = torch.randn(300, 64, dtype=dtype, requires_grad=True)
+    t = torch.randint(0, 5000, (300,))
+    with profile() as prof:
+        ours = _ce_sum(head, h, t)
+        ours.backward(torch.tensor(0.7))
+    grads = (h.grad.clone(), head.weight.grad.clone())
+    h.grad = head.weight.grad = None
+    ref = F.cross_entropy(head(h).float(), t, reduction="sum")
+    ref.backward(torch.tensor(0.7))
+    assert ours.dtype == torch.float32 and ours.item() == pytest.approx(ref.item(), rel=1e-6)
+    for mine, theirs in zip(grads, (h.grad, head.weight.grad), strict=True):
+        assert mine.dtype == theirs.dtype
+        assert ((mine.float() - theirs.float()).norm() / theirs.float().norm()).item() < 1e-5
+    calls = {e.key for e in prof.key_averages()}
+    assert not calls & {"aten::_log_softmax", "aten::_log_softmax_backward_data", "aten::nll_loss_backward"}, calls
