@@ -246,7 +246,7 @@ def test_what_an_idle_chip_holds_is_taken_off_the_capacity(tmp_path, capsys, sev
     assert rc == 0 and plan["held_gib"] == pytest.approx(4.077, abs=1e-3)
     assert plan["available_gib"] == pytest.approx(64 - 4.077, abs=1e-3)
     # A plan between the two figures fits the chip's HBM but not what is left of it.
-    cfg = load_config(None, base[:4] + ["micro_batch_size=4", "max_seq_len=9728"])
+    cfg = load_config(None, base[:4] + ["micro_batch_size=4", "max_seq_len=11264"])
     cap, label, _ = memory_fit.card_capacity("800T-A2")
     p = memory_fit.plan(cfg, 1, "bf16", cap, label, strategies=["ddp"])
     assert cap - 4175 * 2**20 < p.total <= cap and p.fits is True
