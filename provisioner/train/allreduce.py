@@ -9,13 +9,12 @@ inside the functions that time (the sizes are read and checked without it).
 
 from __future__ import annotations
 
-import functools
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-DATA_FILE = Path(__file__).with_name("selftest.yaml")
+from provisioner.train import selftest_data
+
 MIB = 1 << 20
 DTYPE_BYTES = 4  # float32: exact for the small integer sums checked
 
@@ -25,13 +24,6 @@ class Sweep:
     sizes: tuple[int, ...]  # bytes, ascending
     warmup: int
     iters: int
-
-
-@functools.lru_cache(maxsize=1)
-def _data() -> dict[str, Any]:
-    import yaml
-
-    return yaml.safe_load(DATA_FILE.read_text(encoding="utf-8"))["all_reduce"]
 
 
 def parse_mib(text: str) -> tuple[float, ...]:
@@ -50,7 +42,7 @@ def parse_mib(text: str) -> tuple[float, ...]:
 
 def plan(device_type: str, sizes_mib: tuple[float, ...] | None = None) -> Sweep:
     """The sweep for this device kind (selftest.yaml), with the sizes replaced when given."""
-    row = _data()[device_type] if device_type in _data() else _data()["npu"]
+    row = selftest_data.row("all_reduce", device_type)
     mib = sizes_mib or tuple(float(x) for x in row["sizes_mib"])
     sizes = sorted({max(DTYPE_BYTES, int(m * MIB) // DTYPE_BYTES * DTYPE_BYTES) for m in mib})
     return Sweep(tuple(sizes), int(row["warmup"]), int(row["iters"]))

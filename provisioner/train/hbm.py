@@ -10,14 +10,13 @@ written as 0 and as 1. torch is imported inside the functions that run (the plan
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-DATA_FILE = Path(__file__).with_name("selftest.yaml")
+from provisioner.train import selftest_data
+
 MIB = 1 << 20
 WORD = 4  # int32 words
 # Temporaries besides the stressed chunks, in chunks: the pattern, a read-back xor and its comparison.
@@ -35,13 +34,6 @@ class Plan:
         return self.chunk_bytes * self.chunks
 
 
-@functools.lru_cache(maxsize=1)
-def _data() -> dict[str, Any]:
-    import yaml
-
-    return yaml.safe_load(DATA_FILE.read_text(encoding="utf-8"))["hbm_stress"]
-
-
 def parse_mib(text: str) -> int:
     """``--hbm-mib 4096``: the most memory one stress covers, in MiB (ValueError with one line when unreadable)."""
     try:
@@ -57,7 +49,7 @@ def plan(device_type: str, free_bytes: int | None, cap_bytes: int | None = None)
     """The stress for this device kind: a share of `free_bytes` (accelerators) or a fixed size (CPU), at most
     `cap_bytes` (--hbm-mib), in whole chunks; the chunk shrinks until the scratch chunks fit in what the share
     leaves free."""
-    row = _data()[device_type] if device_type in _data() else _data()["npu"]
+    row = selftest_data.row("hbm_stress", device_type)
     chunk = int(row["chunk_mib"] * MIB)
     if "total_mib" in row:
         total = int(row["total_mib"] * MIB)
