@@ -509,7 +509,7 @@ def _check_value(matrix, name: str, value: str, family: str | None) -> None:
     rule = launchvars.rules(matrix).get(name)
     if rule is None:
         return
-    rule = launchvars.for_family(rule, family, matrix)
+    rule = matrix.rule_for_family(rule, family)
     problem = launchvars.value_problem(rule, value)
     if problem:
         raise ProvisionError(f"{name}={value!r}: {problem}" + (f" ({rule['notes']})" if rule.get("applies_to")

@@ -3,7 +3,7 @@
 Rules are rows of `audit_env` (matrices/audit.yaml): a known name has a kind (whole number in a range,
 one of a few values, an IP, interface names, free text) and may be `legacy` (documented for old CANN
 only). A range that differs on some chip families (HCCL_EXEC_TIMEOUT: [0, 2147483647] on A2/A3, (0, 17340]
-on the first-generation 910) is a `by_family` entry; `for_family` gives the rule as it applies to one family,
+on the first-generation 910) is a `by_family` entry; `Matrix.rule_for_family` gives the rule as it applies to one family,
 and every check takes the family when it is known (audit: --card or the host's chips; doctor: the image's
 stack or the NPU's name; the device plan: its card). A name under a prefix of `audit_env_prefixes` that no row knows is flagged: HCCL reads its
 variables by exact name, so a typo is ignored without a word. `provision audit`, `provision doctor` and
@@ -47,22 +47,6 @@ def prefixes(matrix) -> list[str]:
     return [r["prefix"] for r in matrix.rows("audit_env_prefixes")]
 
 
-def for_family(rule: dict, family: str | None, matrix=None) -> dict:
-    """`rule` as it applies on chips of `family`: a `by_family` entry naming the family replaces the bounds
-    (and default, notes) and says where it applies (`applies_to`). Unknown family: the row's own bounds."""
-    for entry in rule.get("by_family") or []:
-        if family is not None and family in entry["families"]:
-            name = family
-            if matrix is not None:
-                name = next((r["name"] for r in matrix.rows("families") if r["id"] == family), family)
-            merged = {**rule, "min": entry["min"], "max": entry["max"], "applies_to": name}
-            for key in ("default", "notes"):
-                if entry.get(key):
-                    merged[key] = entry[key]
-            return merged
-    return rule
-
-
 def relevant(matrix, env: dict) -> dict:
     """The variables of `env` these rules speak about (known names and flagged prefixes)."""
     known, pre = rules(matrix), prefixes(matrix)
@@ -78,7 +62,7 @@ def check(matrix, env: dict, family: str | None = None) -> list[Issue]:
         value = str(env[name])
         rule = known.get(name)
         if rule is not None:
-            rule = for_family(rule, family, matrix)
+            rule = matrix.rule_for_family(rule, family)
         if rule is None:
             prefix = next((p for p in pre if name.startswith(p)), None)
             if prefix is None:

@@ -344,6 +344,20 @@ class Matrix:
     def rows(self, section: str) -> list[dict]:
         return self.data[section]
 
+    def rule_for_family(self, rule: dict, family: str | None) -> dict:
+        """An `audit_env` rule as it applies on chips of `family`: a `by_family` entry naming the family replaces
+        the bounds (and default, notes) and says where it applies (`applies_to`, the family's name). Unknown
+        family: the row's own bounds. The one reading of by_family for audit, doctor, the device plan and verify."""
+        for entry in rule.get("by_family") or []:
+            if family is not None and family in entry["families"]:
+                name = next((r["name"] for r in self.data.get("families", []) if r["id"] == family), family)
+                merged = {**rule, "min": entry["min"], "max": entry["max"], "applies_to": name}
+                for key in ("default", "notes"):
+                    if entry.get(key):
+                        merged[key] = entry[key]
+                return merged
+        return rule
+
     @property
     def policy(self) -> dict:
         return self.data["policy"]

@@ -142,7 +142,8 @@ def job_names(v) -> None:
                       f"{label} {release}: {rec['read']}", row["_at"], ok=there)
 
 
-_CHECKOUT_REPOS = {"mindspeed_llm": "Ascend/MindSpeed-LLM", "mindspeed_rl": "Ascend/MindSpeed-RL"}
+# The same repositories keyed by the llm_bundles `commits` entry (a job_scripts row's checkout_repo) that holds them.
+_CHECKOUT_REPOS = {_CHECKOUT_OF[f]: repo for f, repo in _FRAMEWORK_REPOS.items()}
 
 
 def _scripts_repo(v, row: dict, release: str, mf_commits: dict) -> tuple[str | None, str]:
@@ -156,22 +157,16 @@ def _scripts_repo(v, row: dict, release: str, mf_commits: dict) -> tuple[str | N
     bundle = next((b for b in v.m.rows("llm_bundles")
                    if b.get("kind") == row["framework"] and str(b.get("release")) == release), None)
     commit = ((bundle or {}).get("commits") or {}).get(checkout or "")
-    name = {"mindspeed-llm": "MindSpeed-LLM", "mindspeed-rl": "MindSpeed-RL"}.get(row["framework"], row["framework"])
+    name = next((f["name"] for f in v.m.rows("job_frameworks") if f["id"] == row["framework"]), row["framework"])
     if not commit or checkout not in _CHECKOUT_REPOS:
         return None, name
     return f"{_CHECKOUT_REPOS[checkout]}@{commit[:12]}", name
 
 
-def _bounds(row: dict, family: str | None) -> dict:
-    """min/max/default of an audit_env row on chips of `family` (its by_family entry naming it, else its own);
-    the reading host.launchvars.for_family gives audit, doctor and the device plan."""
-    out = {k: row.get(k) for k in ("min", "max", "default")}
-    for entry in row.get("by_family") or []:
-        if family in entry["families"]:
-            out.update(min=entry["min"], max=entry["max"])
-            if entry.get("default"):
-                out["default"] = entry["default"]
-    return out
+def _bounds(v, row: dict, family: str | None) -> dict:
+    """min/max/default of an audit_env row on chips of `family`, as audit, doctor and the device plan read it."""
+    rule = v.m.rule_for_family(row, family)
+    return {k: rule.get(k) for k in ("min", "max", "default")}
 
 
 def _span(b: dict) -> str:
@@ -201,7 +196,7 @@ def env_ranges(v) -> None:
             for g in groups:
                 want = {k: g.get(k) for k in ("min", "max", "default")}
                 for fam in g["families"]:
-                    have = _bounds(row, fam)
+                    have = _bounds(v, row, fam)
                     ok = have["min"] == want["min"] and have["max"] == want["max"] and (
                         want["default"] is None or str(have["default"]) == str(want["default"]))
                     on = f" on {fam}" if fam else ""
