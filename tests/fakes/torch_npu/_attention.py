@@ -66,22 +66,68 @@ def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None, pa
     STATS["calls"] += 1
     STATS["dtypes"].append(str(query.dtype).replace("torch.", ""))
     STATS["layouts"].append(input_layout)
-    STATS["max_seqs"] = max(STATS["max_seqs"], len(seqs))
+    STATS["max_seqs"] = max(STATS["max_seqs"], sum(1 for (qs, qe), _ in seqs if qe > qs))
 
+    params = (scale, keep_prob, atten_mask, sparse_mode, pre_tockens, next_tockens, pse)
     with torch.autocast("npu", enabled=False):
-        outs, maxes, sums = [], [], []
-        for (qs, qe), (ks, ke) in seqs:
-            o, m, s = _attend(q[:, :, qs:qe], k[:, :, ks:ke], v[:, :, ks:ke], scale, keep_prob, atten_mask,
-                              sparse_mode, pre_tockens, next_tockens, pse)
-            outs.append(o)
-            maxes.append(m)
-            sums.append(s)
-        out = torch.cat(outs, dim=2).to(query.dtype)
-        softmax_max = torch.cat(maxes, dim=2).unsqueeze(-1).expand(*maxes[0].shape[:2], -1, 8)
-        softmax_sum = torch.cat(sums, dim=2).unsqueeze(-1).expand(*sums[0].shape[:2], -1, 8)
+        if keep_prob == 1.0 and pse is None:
+            out, softmax_max, softmax_sum = _Kernel.apply(q, k, v, seqs, params)
+        else:  # dropout draws from the chip's generator and pse takes a gradient: op by op on the npu tensors
+            out, softmax_max, softmax_sum = _spans(q, k, v, seqs, params)
+        out = out.to(query.dtype)
     out = _from_bnsd(out, query, head_num, input_layout)
     empty = torch.empty(0, dtype=query.dtype, device=query.device)
     return out, softmax_max, softmax_sum, empty, 0, 0, 0
+
+
+class _Kernel(torch.autograd.Function):
+    """The op as one autograd node with its own backward, as on the chip (npu_fusion_attention_grad). Its math
+    runs on the CPU data behind the npu tensors: a varlen call over a thousand sequences would otherwise send
+    every op of every sequence through the backend's Python dispatch, forward, recomputed and backward."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, seqs, params):
+        from ._backend import NPUTensor
+
+        mask = params[2]
+        params = (*params[:2], mask.elem if isinstance(mask, NPUTensor) else mask, *params[3:])
+        ctx.seqs, ctx.params = seqs, params
+        ctx.save_for_backward(q, k, v)
+        outs = _spans(q.elem, k.elem, v.elem, seqs, params)
+        ctx.mark_non_differentiable(outs[1], outs[2])
+        return tuple(NPUTensor(o, q.device) for o in outs)
+
+    @staticmethod
+    def backward(ctx, grad_out, _grad_max, _grad_sum):
+        from ._backend import NPUTensor
+
+        q, k, v = ctx.saved_tensors
+        leaves = [t.elem.detach().requires_grad_() for t in (q, k, v)]
+        with torch.enable_grad():
+            out = _spans(*leaves, ctx.seqs, ctx.params)[0]
+        grads = torch.autograd.grad(out, leaves, grad_out.elem)
+        return (*(NPUTensor(g, q.device) for g in grads), None, None)
+
+
+def _spans(q, k, v, seqs, params):
+    """Attention within each (query span, key span) of `seqs`: fp32 output and the softmax statistics."""
+    outs, maxes, sums = [], [], []
+    # One split per tensor rather than a slice per sequence: a slice's backward zero-fills the whole tensor's
+    # gradient, which with a thousand varlen sequences costs more than the attention itself.
+    qlens = [qe - qs for (qs, qe), _ in seqs]
+    kvlens = [ke - ks for _, (ks, ke) in seqs]
+    parts = zip(torch.split(q, qlens, dim=2), torch.split(k, kvlens, dim=2), torch.split(v, kvlens, dim=2),
+                strict=True)
+    for qi, ki, vi in parts:
+        if qi.shape[2] == 0:
+            continue
+        o, m, s = _attend(qi, ki, vi, *params)
+        outs.append(o)
+        maxes.append(m)
+        sums.append(s)
+    softmax_max = torch.cat(maxes, dim=2).unsqueeze(-1).expand(*maxes[0].shape[:2], -1, 8)
+    softmax_sum = torch.cat(sums, dim=2).unsqueeze(-1).expand(*sums[0].shape[:2], -1, 8)
+    return torch.cat(outs, dim=2), softmax_max, softmax_sum
 
 
 def _to_bnsd(query, key, value, head_num, layout, qlens, kvlens, sparse_mode):
@@ -104,7 +150,8 @@ def _to_bnsd(query, key, value, head_num, layout, qlens, kvlens, sparse_mode):
         q, k, v = (t.permute(1, 0, 2).unsqueeze(0) for t in (query, key, value))
         spans_q = list(zip([0, *qlens[:-1]], qlens, strict=True))
         spans_k = list(zip([0, *kvlens[:-1]], kvlens, strict=True))
-        return q, k, v, [(a, b) for a, b in zip(spans_q, spans_k, strict=True) if a[1] > a[0]]
+        # Every span, empty ones included, so that together they cover q and k/v end to end (split, above).
+        return q, k, v, list(zip(spans_q, spans_k, strict=True))
     if layout == "BNSD":
         q, k, v = query, key, value
     elif layout == "BSND":
