@@ -14,8 +14,9 @@ from tests.helpers import hosts
 # --npu-smi-output, --for-host) or clears this; set here, at import, so session fixtures and subprocesses see it.
 os.environ.setdefault("PROVISION_FOR_HOST", "none")
 
-# docker_client, base_image, wheelhouse, provision_image, run_in_image: shared engine fixtures.
-pytest_plugins = ["tests.helpers.engine"]
+# docker_client, base_image, wheelhouse, provision_image, run_in_image: shared engine fixtures; prebuild runs
+# the engine tests last and builds their images in the background meanwhile.
+pytest_plugins = ["tests.helpers.engine", "tests.helpers.prebuild"]
 
 
 @pytest.fixture(autouse=True)

@@ -19,21 +19,28 @@ import json
 import os
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
+
+from tests.helpers import prebuild
+from tests.helpers.prebuild import BuildFailed
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "scripts"
 OVERLAY = ROOT / "examples" / "overlays" / "torch-2.13.yaml"  # the overlay `make demo` uses
 TORCH = os.environ.get("PROVISION_TEST_TORCH", "2.13.0")
 CARD = "300T-A2"
+T = TypeVar("T")
 
 
 def _script(name: str, *args: str, timeout: int = 900) -> str:
     proc = subprocess.run([str(SCRIPTS / name), *args], capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
-        pytest.fail(f"scripts/{name} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        raise BuildFailed(f"scripts/{name} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc.stdout
 
 
@@ -92,11 +99,74 @@ def build_args(base: str, wheelhouse: str, *extra: str) -> list[str]:
             "--wheelhouse", wheelhouse, "--trusted-ca", trusted_ca_file(), "--network", "host", *extra]
 
 
+def _or_fail(step: Callable[[], T]) -> T:
+    try:
+        return step()
+    except BuildFailed as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+_prep_lock = threading.Lock()
+_prepared: dict[str, str] = {}
+
+
+def _prepare(key: str, make: Callable[[], str]) -> str:
+    """Once per session, whichever thread asks first (the background builds of tests/helpers/prebuild.py too)."""
+    with _prep_lock:
+        if key not in _prepared:
+            _prepared[key] = make()
+        return _prepared[key]
+
+
+def prepared_base() -> str:
+    """The local Debian base's tag, the engine started and the image made if needed."""
+
+    def make() -> str:
+        _script("engine.sh", timeout=600)
+        tag = os.environ.get("PROVISION_TEST_BASE", "provision-local/debian-python:bookworm")
+        _script("base-image.sh", tag, timeout=1200)
+        return tag
+
+    return _prepare("base", make)
+
+
+def prepared_wheelhouse() -> str:
+    def make() -> str:
+        path = Path(os.environ.get("PROVISION_TEST_WHEELHOUSE", ROOT / ".cache" / "wheelhouse")).resolve()
+        _script("wheelhouse.sh", str(path), TORCH, timeout=600)
+        if not any(path.glob(f"torch-{TORCH}+cpu-*.whl")):
+            raise BuildFailed(f"no torch {TORCH} CPU wheel in {path}")
+        return str(path)
+
+    return _prepare("wheelhouse", make)
+
+
+def build_test_image(base: str, wheelhouse: str) -> dict:
+    """`provision build --json` of the test image (see the module docstring)."""
+    proc = provision(*build_args(base, wheelhouse, "--json"))
+    if proc.returncode != 0:
+        raise BuildFailed(f"provision build failed ({proc.returncode}):\n{proc.stderr[-6000:]}")
+    result = json.loads(proc.stdout)
+    result["stderr"] = proc.stderr
+    return result
+
+
+def build_session_image(base: str, wheelhouse: str) -> str:
+    """The test image under a tag of this session only (see `session_image`)."""
+    import uuid
+
+    tag = f"provision-test/session-{uuid.uuid4().hex[:12]}:1"
+    proc = provision(*build_args(base, wheelhouse, "--tag", tag))
+    if proc.returncode != 0:
+        raise BuildFailed(f"provision build failed ({proc.returncode}):\n{proc.stderr[-6000:]}")
+    return tag
+
+
 @pytest.fixture(scope="session")
 def docker_client():
     if os.environ.get("PROVISION_SKIP_DOCKER"):
         pytest.skip("PROVISION_SKIP_DOCKER is set")
-    _script("engine.sh", timeout=600)
+    _or_fail(lambda: _script("engine.sh", timeout=600))
     import docker
 
     client = docker.from_env(timeout=900)
@@ -107,28 +177,20 @@ def docker_client():
 
 @pytest.fixture(scope="session")
 def base_image(docker_client) -> str:
-    tag = os.environ.get("PROVISION_TEST_BASE", "provision-local/debian-python:bookworm")
-    _script("base-image.sh", tag, timeout=1200)
+    tag = _or_fail(prepared_base)
     docker_client.images.get(tag)
     return tag
 
 
 @pytest.fixture(scope="session")
 def wheelhouse() -> str:
-    path = Path(os.environ.get("PROVISION_TEST_WHEELHOUSE", ROOT / ".cache" / "wheelhouse")).resolve()
-    _script("wheelhouse.sh", str(path), TORCH, timeout=600)
-    assert any(path.glob(f"torch-{TORCH}+cpu-*.whl")), f"no torch {TORCH} CPU wheel in {path}"
-    return str(path)
+    return _or_fail(prepared_wheelhouse)
 
 
 @pytest.fixture(scope="session")
 def provision_build_result(docker_client, base_image, wheelhouse) -> dict:
-    """The `provision build --json` document of the test image (built once per session)."""
-    proc = provision(*build_args(base_image, wheelhouse, "--json"))
-    if proc.returncode != 0:
-        pytest.fail(f"provision build failed ({proc.returncode}):\n{proc.stderr[-6000:]}")
-    result = json.loads(proc.stdout)
-    result["stderr"] = proc.stderr
+    """The `provision build --json` document of the test image (built once per session, in the background)."""
+    result: dict = prebuild.result("provision", lambda: build_test_image(base_image, wheelhouse))
     return result
 
 
@@ -145,12 +207,8 @@ def session_image(docker_client, base_image, wheelhouse) -> str:
     that needs this checkout's code in the image (a new module, an entrypoint change) uses this one. Only the
     tag is removed at the end; the build cache stays.
     """
-    import uuid
-
-    tag = f"provision-test/session-{uuid.uuid4().hex[:12]}:1"
-    proc = provision(*build_args(base_image, wheelhouse, "--tag", tag))
-    if proc.returncode != 0:
-        pytest.fail(f"provision build failed ({proc.returncode}):\n{proc.stderr[-6000:]}")
+    tag: str = prebuild.result("session", lambda: build_session_image(base_image, wheelhouse))
+    prebuild.consumed("session")
     yield tag
     docker_client.images.remove(tag, force=True)
 
@@ -172,6 +230,18 @@ def run_in_image(docker_client):
             container.remove(force=True)
 
     return run
+
+
+def remove_tag(tag: str) -> None:
+    import docker
+
+    client = docker.from_env(timeout=900)
+    try:
+        client.images.remove(tag, force=True)
+    except docker.errors.ImageNotFound:
+        pass
+    finally:
+        client.close()
 
 
 # -- disk ------------------------------------------------------------------------------------------------------

@@ -26,53 +26,28 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import fwrepos
-from tests.helpers.engine import ROOT, dangling_ids, provision, remove_images, trusted_ca_file
+from tests.helpers import fwimages, fwrepos, prebuild
+from tests.helpers.engine import dangling_ids, provision, remove_images, trusted_ca_file
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def mindspore_build(docker_client, base_image, tmp_path_factory):
-    work = tmp_path_factory.mktemp("mindformers")
-    repo, commit = fwrepos.mindformers_repo(work)
-    overlay = fwrepos.mindformers_overlay(work / "overlay.yaml", "1.7.0", commit)
-    # MindSpore's x86_64 wheel is 790 MB: kept in a wheelhouse of its own (not the one every other image test
-    # sends to the engine), so it is downloaded once, not per build.
-    wheelhouse = Path(os.environ.get("PROVISION_TEST_MINDSPORE_WHEELHOUSE",
-                                     ROOT / ".cache" / "wheelhouse-mindspore")).resolve()
-    wheelhouse.mkdir(parents=True, exist_ok=True)
-    if not list(wheelhouse.glob("mindspore-2.7.1-cp311-*.whl")):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")} | {"PIP_CONFIG_FILE": os.devnull}
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-                        "--python-version", "3.11", "--platform", "manylinux1_x86_64", "mindspore==2.7.1",
-                        "-d", str(wheelhouse), *(["--cert", os.environ["PIP_CERT"]] if "PIP_CERT" in os.environ
-                                                  else [])], check=True, env=env, timeout=1800)
-    args = ["build", "--profile", "mindspore-2.7.1-a2", "--recipe", "mindspore", "--arch", "x86_64",
-            "--base-image", base_image, "--matrix", str(overlay), "--source", f"mindformers={repo}",
-            "--trusted-ca", trusted_ca_file(), "--network", "host", "--json"]
-    args += ["--wheelhouse", str(wheelhouse)]
-    before = dangling_ids(docker_client)
-    proc = provision(*args, timeout=3600)
-    if proc.returncode != 0:
-        pytest.fail(f"provision build failed ({proc.returncode}):\n{proc.stderr[-6000:]}")
-    result = json.loads(proc.stdout)
-    result["stderr"], result["commit"] = proc.stderr, commit
-    stages = dangling_ids(docker_client) - before
+def mindspore_build(docker_client, base_image):
+    """The MindSpore image (tests/helpers/fwimages.py), built in the background if tests/helpers/prebuild.py
+    started it; removed at the end of this module."""
+    result = prebuild.result(
+        "mindspore", lambda: fwimages.build_mindspore_image(base_image, fwimages.mindspore_wheelhouse())
+    )
+    prebuild.consumed("mindspore")
     yield result
-    # The image (3.7 GB) and the build stages it left untagged (4.4 GB each): no other module uses them, and a
-    # full run must fit a CI machine's disk. Other untagged images stay: they are other builds' cache.
-    for tag in result.get("tags") or [result["tag"]]:
-        docker_client.images.remove(tag, force=True)
-    remove_images(docker_client, stages)
+    fwimages.remove_mindspore_image(result)
 
 
 def test_mindspore_image_lock_check_and_pip_check(mindspore_build, run_in_image):

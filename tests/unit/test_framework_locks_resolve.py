@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -129,14 +129,29 @@ CASES = [pytest.param(env_id, arch, id=f"{env_id}-{arch}",
          for env_id in ENVS for arch in ("x86_64", "aarch64")]
 
 
+_POOL: ThreadPoolExecutor | None = None
+_STARTED: dict[tuple[str, str], Future] = {}
+
+
+def background(items: list[pytest.Item]) -> None:
+    """Called by tests/helpers/prebuild.py once collection is done: the selected cases start now, six at a time
+    (pip waits on the network more than on the CPU), while the rest of the suite runs."""
+    global _POOL
+    _POOL = ThreadPoolExecutor(max_workers=6)
+    for item in items:
+        if hasattr(item, "callspec"):
+            case = tuple(item.callspec.params[k] for k in ("env_id", "arch"))
+            _STARTED.setdefault(case, _POOL.submit(_check, *case))
+
+
 @pytest.fixture(scope="module")
 def results(request):
-    """The checks of the selected cases, run six at a time (pip waits on the network more than on the CPU)."""
-    wanted = [tuple(item.callspec.params[k] for k in ("env_id", "arch")) for item in request.session.items
-              if item.module.__name__ == __name__ and hasattr(item, "callspec")]
-    with ThreadPoolExecutor(max_workers=6) as pool:
-        futures = {case: pool.submit(_check, *case) for case in wanted}
-        outcomes = {case: f.exception() or f.result() for case, f in futures.items()}
+    """The checks of the selected cases (started in the background at collection unless prebuild is off)."""
+    if not _STARTED:
+        background([item for item in request.session.items if item.module.__name__ == __name__])
+    outcomes = {case: f.exception() or f.result() for case, f in _STARTED.items()}
+    assert _POOL is not None
+    _POOL.shutdown()
     # pip reports an index page it failed to fetch (a proxy hiccup under six parallel resolutions) as "No matching
     # distribution"; a case that raised is asked once more, alone: a lock that is really wrong fails again.
     for case, outcome in outcomes.items():
