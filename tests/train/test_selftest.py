@@ -81,6 +81,11 @@ def test_two_a2_chips_pass_every_check(tmp_path):
     assert f"busbw {fig['busbw_gbps']:.2f} GB/s at 256 MiB" in c["all-reduce"]["detail"]
     assert all(r["busbw_gbps"] == pytest.approx(r["algbw_gbps"], rel=1e-3) for r in fig["sizes"])  # N = 2
     assert c["train-steps"]["detail"].startswith("lora, bf16, ddp, flash_attention_2, NpuFusedAdamW")
+    # preflight's chip-stress on this host (no bad HBM cell): every chip intact, the GB/s stated but not judged
+    judged = preflight_stress.judge_stress(doc)
+    assert judged["status"] == "pass" and judged["message"].startswith(
+        "HBM pattern read back intact on 2 chip(s) (0.06 GiB each); read ")
+    assert judged["message"].endswith("GB/s (not judged: no sourced HBM bandwidth floor)")
 
 
 @pytest.mark.slow
@@ -133,12 +138,7 @@ def test_a_chip_with_bad_hbm_fails_the_stress_and_preflight_names_it(tmp_path):
     judged = preflight_stress.judge_stress(doc)
     assert judged["status"] == "fail" and judged["chips"] == ["rank 1"]
     assert judged["message"] == "HBM read back wrong: rank 1 (npu:1): 2 word(s) wrong of 0.06 GiB"
-    # the same host without the bad cell: every chip intact, the GB/s stated but not judged
-    code, doc, out = run_selftest(tmp_path, 2, npu_fake.env(tmp_path, count=2))
-    judged = preflight_stress.judge_stress(doc)
-    assert judged["status"] == "pass" and judged["message"].startswith(
-        "HBM pattern read back intact on 2 chip(s) (0.06 GiB each); read ")
-    assert judged["message"].endswith("GB/s (not judged: no sourced HBM bandwidth floor)")
+    # the same host without the bad cell: test_two_a2_chips_pass_every_check
 
 
 def test_hbm_plan_from_the_data():
