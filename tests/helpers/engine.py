@@ -106,7 +106,7 @@ def _or_fail(step: Callable[[], T]) -> T:
         pytest.fail(str(exc), pytrace=False)
 
 
-_prep_lock = threading.Lock()
+_prep_lock = threading.RLock()  # prepared_base asks for the engine inside its own step
 _prepared: dict[str, str] = {}
 
 
@@ -118,11 +118,16 @@ def _prepare(key: str, make: Callable[[], str]) -> str:
         return _prepared[key]
 
 
+def prepared_engine() -> str:
+    """A running engine (scripts/engine.sh starts one if needed): once, however many threads ask."""
+    return _prepare("engine", lambda: _script("engine.sh", timeout=600))
+
+
 def prepared_base() -> str:
     """The local Debian base's tag, the engine started and the image made if needed."""
 
     def make() -> str:
-        _script("engine.sh", timeout=600)
+        prepared_engine()
         tag = os.environ.get("PROVISION_TEST_BASE", "provision-local/debian-python:bookworm")
         _script("base-image.sh", tag, timeout=1200)
         return tag
@@ -166,7 +171,7 @@ def build_session_image(base: str, wheelhouse: str) -> str:
 def docker_client():
     if os.environ.get("PROVISION_SKIP_DOCKER"):
         pytest.skip("PROVISION_SKIP_DOCKER is set")
-    _or_fail(lambda: _script("engine.sh", timeout=600))
+    _or_fail(prepared_engine)
     import docker
 
     client = docker.from_env(timeout=900)
