@@ -2,7 +2,10 @@
 
 Same random-weight Qwen2-architecture model, same tokenised samples (Qwen2.5
 ChatML, prompt tokens masked), same precision, attention, gradient
-checkpointing, optimiser and schedule. The peers:
+checkpointing, optimiser and schedule. ``--gradient-checkpointing auto`` is the
+one difference allowed: the trainer checkpoints the layers its memory plan
+needs on this device (the result says how many), the peers, which have no such
+setting, every layer. The peers:
 
   padded        DataCollatorForSeq2Seq: each batch padded to its longest sample
                 (--micro-batch-size samples), the usual SFT setup;
@@ -105,7 +108,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=3, help="steps left out of the measurement")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--samples", type=int, default=2000)
-    p.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument(
+        "--gradient-checkpointing", choices=("true", "false", "auto"), default="true",
+        help="the trainer's setting; auto: the layers its memory plan needs on this device (the peers have no auto:"
+        " they checkpoint every layer, as a memory-careful user of them sets, for auto and true)",
+    )
+    p.add_argument("--no-gradient-checkpointing", dest="gradient_checkpointing", action="store_const", const="false",
+                   help="same as --gradient-checkpointing false")
     p.add_argument(
         "--packing", choices=("auto", "false"), default="auto", help="'false' isolates the other levers"
     )
@@ -178,7 +187,7 @@ def run_ours(args: argparse.Namespace, model_dir: Path, data: Path, out: Path) -
             "max_seq_len": args.seq_len,
             "micro_batch_size": args.micro_batch_size,
             "precision": args.dtype,
-            "gradient_checkpointing": args.gradient_checkpointing,
+            "gradient_checkpointing": {"true": True, "false": False}.get(args.gradient_checkpointing, "auto"),
             "save_steps": 0,
             "save_total_limit": 1,
             "logging_steps": 1,
@@ -216,6 +225,7 @@ def run_ours(args: argparse.Namespace, model_dir: Path, data: Path, out: Path) -
         "packing": summary["packing"],
         "device": summary["device"],
         "device_type": summary["device_type"],
+        "checkpointing": summary["gradient_checkpointing"],
     }
 
 
@@ -300,7 +310,7 @@ def run_hf(
         weight_decay=0.0,
         bf16=precision == "bf16",
         fp16=precision == "fp16",
-        gradient_checkpointing=args.gradient_checkpointing,
+        gradient_checkpointing=args.gradient_checkpointing != "false",  # no auto here: auto and true are on
         gradient_checkpointing_kwargs={"use_reentrant": False},
         logging_steps=10**6,
         save_strategy="no",
@@ -413,6 +423,13 @@ def main(argv: list[str] | None = None) -> int:
         "provision_train_mfu": None if mfu is None else round(mfu, 4),
         "tokens_per_step": {k: round(statistics.mean(x["tokens_per_step"] for x in v)) for k, v in runs.items()},
         "repeats": args.repeats,
+        "gradient_checkpointing": {
+            "setting": args.gradient_checkpointing,
+            "ours_checkpointed_layers": [x["checkpointing"]["checkpointed_layers"] for x in runs["ours"]],
+            "layers": runs["ours"][0]["checkpointing"]["layers"],
+            "ours_why": runs["ours"][0]["checkpointing"]["why"],
+            "peers": args.gradient_checkpointing != "false",
+        },
     }
     if args.workdir is None:
         shutil.rmtree(work, ignore_errors=True)
@@ -422,6 +439,11 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{result['device']} {args.model_size} {args.method} seq {args.seq_len} mbs {args.micro_batch_size} "
             f"{result['precision']} attn={result['attn_implementation']} packing={result['packing']}\n"
+            f"  gradient checkpointing: ours {args.gradient_checkpointing}"
+            f" ({'/'.join(map(str, result['gradient_checkpointing']['ours_checkpointed_layers']))} of"
+            f" {result['gradient_checkpointing']['layers']} layers"
+            + (f"; {result['gradient_checkpointing']['ours_why']}" if result["gradient_checkpointing"]["ours_why"] else "")
+            + f"), peers {'every layer' if result['gradient_checkpointing']['peers'] else 'none'}\n"
             f"  provision-train:           {med['ours']:10.1f} tokens/s"
             + (f"   MFU {mfu:.1%}" if mfu is not None else "   MFU n/a (set --peak-tflops)")
             + f"\n  HF Trainer, padding-free:  {med['flat']:10.1f} tokens/s   ratio {result['ratio_vs_padding_free']:.2f}x"

@@ -83,7 +83,9 @@ class TrainConfig:
     optimizer: str = "auto"
     # Model execution.
     precision: str = "auto"
-    gradient_checkpointing: bool = True
+    # Decoder layers recomputed in backward: true (all), false (none), a number k (the first k layers), or
+    # auto: the fewest that let the memory plan fit the device (memory_fit.resolve_checkpointing).
+    gradient_checkpointing: bool | int | str = True
     attn_implementation: str = "auto"
     packing: bool | str = "auto"
     loss_chunk_tokens: int = 8192
@@ -135,6 +137,17 @@ class TrainConfig:
         if self.offload_optimizer == "auto":
             return self.strategy == "zero2"
         return bool(self.offload_optimizer)
+
+    def checkpointed_layers(self, layers: int) -> int:
+        """Decoder layers to recompute of ``layers``, without a memory plan: ``auto`` counts as all of them
+        (memory_fit.resolve_checkpointing decides ``auto`` from the plan). A number above ``layers`` is
+        refused by the plan."""
+        gc = self.gradient_checkpointing
+        if gc is True or gc == "auto":
+            return layers
+        if gc is False:
+            return 0
+        return int(gc)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -209,6 +222,13 @@ def validate(cfg: TrainConfig, local: bool = True) -> None:
     for name in ("packing", "progress_bar", "offload_optimizer", "npu_jit_compile"):
         if getattr(cfg, name) not in (True, False, "auto"):
             raise ConfigError(f"config: {name}: must be true, false or auto (got {getattr(cfg, name)!r})")
+    gc = cfg.gradient_checkpointing
+    if not isinstance(gc, bool) and gc != "auto" and (not isinstance(gc, int) or gc < 0):
+        raise ConfigError(f"config: gradient_checkpointing: must be true, false, auto or a number of layers >= 0"
+                          f" (got {gc!r})")
+    if cfg.method == "grpo" and not isinstance(gc, (bool, str)):
+        raise ConfigError(f"config: gradient_checkpointing: method grpo checkpoints every layer or none (TRL's"
+                          f" gradient_checkpointing): true, false or auto (got {gc!r})")
     if local:
         _check_model_dir("model", cfg.model)
     if local and cfg.tokenizer is not None and not Path(cfg.tokenizer).is_dir():
@@ -418,6 +438,10 @@ def _coerce(name: str, type_text: Any, value: Any) -> Any:
         if optional:
             return None
         raise ConfigError(f"config: {name}: must not be empty")
+    if base == "bool|int|str":
+        if isinstance(value, (bool, int)) or value == "auto":
+            return value
+        raise ConfigError(f"config: {name}: must be true, false, auto or a number of layers (got {value!r})")
     if base == "bool|str":
         if isinstance(value, bool) or value == "auto":
             return value

@@ -48,14 +48,12 @@ def _api() -> Any:
 
 def decoder_layers(model: nn.Module) -> list[nn.Module]:
     """The transformer blocks of a Hugging Face causal LM (under a PEFT wrapper too)."""
-    from provisioner.train.model import inner_model
+    from provisioner.train import model as modelmod
 
-    base = inner_model(model)
-    decoder = base.get_decoder() if hasattr(base, "get_decoder") else base
-    layers = getattr(decoder, "layers", None) or getattr(decoder, "h", None)
-    if layers is None:
-        raise ConfigError("config: strategy: fsdp cannot find this model's decoder layers to shard")
-    return list(layers)
+    try:
+        return modelmod.decoder_layers(model)
+    except ConfigError:
+        raise ConfigError("config: strategy: fsdp cannot find this model's decoder layers to shard") from None
 
 
 class FSDPEngine:

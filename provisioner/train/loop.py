@@ -157,7 +157,8 @@ class Trainer:
         cfg, dev = self.cfg, self.dev
         self.meter = memory_fit.PeakMeter(dev.type)
         on_host = strat.loads_on_host(cfg)
-        self.model = load_model(cfg, strat.host_view(dev) if on_host else dev, self.prec, self.attn)
+        self.model = load_model(cfg, strat.host_view(dev) if on_host else dev, self.prec, self.attn,
+                                checkpointed=self.plan.setup.checkpointed)
         self.loss_fn = SFTLoss(self.model, cfg.loss_chunk_tokens)
         vocab = inner_model(self.model).get_input_embeddings().weight.shape[0]
         if cfg.packing is False:
@@ -476,6 +477,7 @@ class Trainer:
             "precision": self.prec.name,
             "attn_implementation": self.attn,
             "packing": self.packing,
+            "gradient_checkpointing": self._checkpointing(),
             "npu": self._npu_facts(),
             "template": self.template,
             "strategy": engine.name,
@@ -495,6 +497,12 @@ class Trainer:
         if self.world.is_main:
             (self.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
         return summary
+
+    def _checkpointing(self) -> dict[str, Any]:
+        """What the run recomputes: k of the model's decoder layers (the first ones), and why."""
+        su = self.plan.setup
+        return {"setting": self.cfg.gradient_checkpointing, "checkpointed_layers": su.checkpointed,
+                "layers": su.layers, "why": self.plan.checkpointing_why or None}
 
     def _npu_facts(self) -> dict[str, Any] | None:
         dev = self.dev

@@ -169,7 +169,8 @@ class Setup:
     world: int
     seq: int  # tokens per row
     micro_batch: int
-    checkpointing: bool
+    checkpointed: int  # decoder layers recomputed in backward, the first ones (0: none)
+    layers: int  # decoder layers of the model
     offload_optimizer: bool
     offload_params: bool
     loss_chunk_tokens: int
@@ -195,8 +196,13 @@ class Setup:
         return (
             f"{what}, {self.precision}, {self.strategy} x{self.world}"
             + (f" (offload {' + '.join(off)})" if off else "")
-            + f", seq {self.seq}, micro-batch {self.micro_batch}, checkpointing {'on' if self.checkpointing else 'off'}"
+            + f", seq {self.seq}, micro-batch {self.micro_batch}, checkpointing {self.checkpointing_words()}"
         )
+
+    def checkpointing_words(self) -> str:
+        if self.checkpointed >= self.layers:
+            return "on"
+        return "off" if self.checkpointed == 0 else f"{self.checkpointed} of {self.layers} layers"
 
 
 def setup_from_config(
@@ -207,9 +213,12 @@ def setup_from_config(
     device_type: str = "npu",
     max_targets: int | None = None,
     vllm: bool | None = None,
+    layers: int = 0,
+    checkpointed: int | None = None,
 ) -> Setup:
     """``vllm``: the rollout is colocated vLLM (decided by requirements.vllm_rollout for ``rollout: auto``);
-    None counts it for ``rollout: vllm`` only."""
+    None counts it for ``rollout: vllm`` only. ``layers``: the model's decoder layers; ``checkpointed``: how
+    many of them recompute (None: what the config says without a plan, TrainConfig.checkpointed_layers)."""
     if attn is None:
         attn = "sdpa" if device_type == "cpu" else "flash_attention_2"
     g = cfg.grpo
@@ -234,7 +243,8 @@ def setup_from_config(
         world=max(1, world),
         seq=seq,
         micro_batch=cfg.micro_batch_size,
-        checkpointing=cfg.gradient_checkpointing,
+        checkpointed=cfg.checkpointed_layers(layers) if checkpointed is None else checkpointed,
+        layers=layers,
         # FSDP2's CPUOffloadPolicy moves parameters, gradients and the step together.
         offload_optimizer=offload,
         offload_params=cfg.offload_params or fsdp_offload,
@@ -285,6 +295,7 @@ class Plan:
     held_label: str = ""
     suggestion: list[str] = field(default_factory=list)
     suggestion_total: float | None = None
+    checkpointing_why: str = ""  # how gradient_checkpointing: auto chose the checkpointed layers ("": not auto)
 
     def phase_bytes(self, phase: str) -> float:
         return sum(i.bytes for i in self.items if phase in i.phases)
@@ -320,6 +331,9 @@ class Plan:
             "total_gib": round(self.total / GIB, 3),
             "peak_phase": self.peak_phase,
             "activations_without_checkpointing_gib": round(self.activations_without_checkpointing / GIB, 3),
+            "checkpointed_layers": self.setup.checkpointed,
+            "layers": self.setup.layers,
+            "checkpointing_why": self.checkpointing_why or None,
             "host_offload_gib": round(self.host_bytes / GIB, 3),
             "capacity_gib": None if self.capacity is None else round(self.capacity / GIB, 3),
             "held_gib": round(self.held / GIB, 3),
@@ -347,8 +361,10 @@ class Plan:
                      f" less {self.held / GIB:.2f} GiB {self.held_label})")
         verdict = {None: "", True: ": fits", False: ": does not fit"}[self.fits]
         out.append(f"  {'total':<18}{self.total / GIB:9.2f} GiB{where}{verdict}  [peak: {self.peak_phase}]")
-        if self.setup.checkpointing:
+        if self.setup.checkpointed:
             out.append(f"  (activations without checkpointing: {self.activations_without_checkpointing / GIB:.2f} GiB)")
+        if self.checkpointing_why:
+            out.append(f"  checkpointing: {self.checkpointing_why}")
         if self.host_bytes:
             out.append(f"  (host memory for offloaded state: {self.host_bytes / GIB:.2f} GiB per device)")
         if self.suggestion:
@@ -375,6 +391,17 @@ def _per_token_layer(shape: ModelShape, coef: dict[str, float]) -> float:
         + coef.get("per_rope_dim", 0) * shape.head_dim / max(1, shape.layers)
         + coef.get("fixed", 0)
     )
+
+
+def full_layers_live(layers: int, checkpointed: int) -> int:
+    """Decoder layers whose full activations (and, under autocast, 16-bit weight copies) are alive at once.
+
+    The first ``checkpointed`` layers recompute (model.enable_checkpointing), so backward reaches them last:
+    by then the other layers' activations are freed, and one recomputed layer is alive at a time. The peak
+    is the end of forward (the uncheckpointed layers) or one recompute, whichever holds more."""
+    if checkpointed <= 0:
+        return layers
+    return max(layers - checkpointed, 1)
 
 
 def estimate(shape: ModelShape, su: Setup, device_type: str = "npu") -> Plan:
@@ -455,17 +482,17 @@ def estimate(shape: ModelShape, su: Setup, device_type: str = "npu") -> Plan:
         width = {"h": shape.hidden, "q": shape.q_width, "kv": shape.kv_width, "i": shape.intermediate}
         full_layer += sum(width[_LORA_IO[t][0]] for t in su.lora_targets if t in _LORA_IO) * b
     no_ckpt = shape.layers * tokens * full_layer
-    if su.checkpointing:
-        kept = _per_token_layer(shape, acts["checkpointed"][mode])
-        act = shape.layers * tokens * kept + tokens * full_layer  # plus one layer recomputed in backward
-    else:
-        act = no_ckpt
+    k = min(su.checkpointed, shape.layers)
+    live = full_layers_live(shape.layers, k)
+    kept = _per_token_layer(shape, acts["checkpointed"][mode]) if k else 0.0
+    act = k * tokens * kept + live * tokens * full_layer
     act += tokens * shape.hidden * 4 * 2  # embedding output and final norm
     if mode == "mixed":  # autocast keeps 16-bit copies of the weights it casts until backward
         cached = shape.vocab * shape.hidden  # the output head (the embedding lookup is not cast)
-        cached += shape.layer_params if su.checkpointing else shape.layers * shape.layer_params
+        cached += live * shape.layer_params
         items.append(Item("autocast copies", cached * b, f"{su.precision} copies of the fp32 weights", BWD))
-    items.append(Item("activations", act, "checkpointed" if su.checkpointing else "no checkpointing", BWD))
+    anote = {0: "no checkpointing", shape.layers: "checkpointed"}.get(k, f"{k} of {shape.layers} layers checkpointed")
+    items.append(Item("activations", act, anote, BWD))
 
     # The output head's logits.
     if su.objective == "grpo":

@@ -167,7 +167,8 @@ def _mem_available() -> float | None:
 def _candidates(cfg: TrainConfig, strategies: list[str]) -> list[dict[str, Any]]:
     """Changes in order of how much they alter the run: checkpointing, smaller micro-batches (same
     global batch), a sharding strategy, offload, and last LoRA."""
-    base: dict[str, Any] = {} if cfg.gradient_checkpointing else {"gradient_checkpointing": True}
+    everything = cfg.gradient_checkpointing is True or cfg.gradient_checkpointing == "auto"
+    base: dict[str, Any] = {} if everything else {"gradient_checkpointing": True}
     mbs = []
     m = cfg.micro_batch_size
     while m > 1:
@@ -254,13 +255,16 @@ def plan(
     (held_memory), taken off the capacity."""
     shape = model_shape(read_model_config(cfg.model))
     tf = targets
-    p = _estimate_for(shape, cfg, world, precision, attn, device_type, capacity, tf, vllm)
+    available = None if capacity is None else capacity - (held[0] if held is not None else 0.0)
+    p = _estimate_for(shape, cfg, world, precision, attn, device_type, capacity, tf, vllm, available)
     p.capacity, p.capacity_label = capacity, label
     if held is not None:
         p.held, p.held_label = held
     if p.fits is False and p.available is not None:
         for change in _candidates(cfg, strategies if strategies is not None else available_strategies()):
-            alt = _estimate_for(shape, _apply(cfg, change), world, precision, attn, device_type, capacity, tf, vllm)
+            # gradient_checkpointing: auto is decided for each candidate as the run would decide it.
+            alt = _estimate_for(shape, _apply(cfg, change), world, precision, attn, device_type, capacity, tf, vllm,
+                                available)
             if alt.total <= p.available:
                 p.suggestion, p.suggestion_total = _render(change, cfg), alt.total
                 break
@@ -277,14 +281,68 @@ def _estimate_for(
     capacity: float | None,
     targets: Any = None,
     vllm: bool | None = None,
+    available: float | None = None,
 ) -> Plan:
     bound = None if targets is None else targets(cfg.micro_batch_size, cfg.max_seq_len)
-    su = setup_from_config(cfg, world, precision, attn, device_type, bound, vllm)
-    p = estimate(shape, su, device_type)
-    for item in p.items:
-        if item.name == "vLLM rollout" and capacity:
-            item.bytes = p.setup.vllm_fraction * capacity
-    return p
+
+    def at(k: int | None) -> Plan:
+        su = setup_from_config(cfg, world, precision, attn, device_type, bound, vllm, shape.layers, k)
+        p = estimate(shape, su, device_type)
+        for item in p.items:
+            if item.name == "vLLM rollout" and capacity:
+                item.bytes = p.setup.vllm_fraction * capacity
+        return p
+
+    gc = cfg.gradient_checkpointing
+    if gc != "auto":
+        if isinstance(gc, int) and not isinstance(gc, bool) and gc > shape.layers:
+            raise ConfigError(f"config: gradient_checkpointing: {gc} layers, but {cfg.model} has {shape.layers}"
+                              f" decoder layers (true checkpoints all of them)")
+        return at(None)
+    return resolve_checkpointing(at, shape.layers, available, all_or_nothing=cfg.method == "grpo")
+
+
+def resolve_checkpointing(at: Any, layers: int, available: float | None, all_or_nothing: bool = False) -> Plan:
+    """``gradient_checkpointing: auto``: the plan with the fewest checkpointed layers whose total fits
+    ``available`` (``at(k)`` is the plan with the first k of ``layers`` checkpointed). Its total falls as k
+    grows up to ``layers - 1`` (a checkpointed layer keeps only its input); all of them hold one layer input
+    more than all but the last (whose full activations are the one full layer alive either way:
+    memory.full_layers_live), so auto checkpoints all layers only where nothing fits (the refusal and its
+    suggestion take it from there) or where no capacity is known. ``all_or_nothing`` (GRPO: TRL checkpoints
+    every layer or none) chooses between none and all."""
+    if available is None:
+        p = at(layers)
+        p.checkpointing_why = f"auto: all {layers} layers (no device capacity to plan against)"
+        return p
+    gib = lambda v: f"{v / GIB:.2f} GiB"  # noqa: E731
+    none = at(0)
+    if none.total <= available:
+        none.checkpointing_why = (f"auto: 0 of {layers} layers; the plan fits without checkpointing"
+                                  f" ({gib(none.total)} of {gib(available)} available)")
+        return none
+    top = layers if all_or_nothing or layers == 1 else layers - 1
+    least = at(top)
+    if least.total > available:
+        full = least if top == layers else at(layers)
+        full.checkpointing_why = (f"auto: all {layers} layers, and even that does not fit ({gib(least.total)} of"
+                                  f" {gib(available)} available)")
+        return full
+    if all_or_nothing:
+        least.checkpointing_why = (f"auto: all {layers} layers (TRL checkpoints all or none); without:"
+                                   f" {gib(none.total)}, with: {gib(least.total)} of {gib(available)} available")
+        return least
+    lo, hi, best = 0, top, least  # at(lo) does not fit, at(hi) does
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        p = at(mid)
+        if p.total <= available:
+            hi, best = mid, p
+        else:
+            lo = mid
+    fewer = none if lo == 0 else at(lo)
+    best.checkpointing_why = (f"auto: {hi} of {layers} layers, the fewest that fit: {gib(best.total)} of"
+                              f" {gib(available)} available ({lo} layers: {gib(fewer.total)})")
+    return best
 
 
 def refusal(p: Plan) -> str:

@@ -24,6 +24,8 @@ from provisioner.train.config import ConfigError, TrainConfig
 from provisioner.train.device import DeviceInfo, Precision
 from provisioner.train.packing import Batch, collate_packed, collate_padded
 
+CHECKPOINT_ALL = 1 << 30  # more layers than any model has: TrainConfig.checkpointed_layers's "all of them"
+
 
 def load_tokenizer(path: str, trust_remote_code: bool = False) -> Any:
     from transformers import AutoTokenizer
@@ -37,7 +39,10 @@ def load_tokenizer(path: str, trust_remote_code: bool = False) -> Any:
     return tok
 
 
-def load_model(cfg: TrainConfig, dev: DeviceInfo, prec: Precision, attn: str) -> nn.Module:
+def load_model(cfg: TrainConfig, dev: DeviceInfo, prec: Precision, attn: str,
+               checkpointed: int | None = None) -> nn.Module:
+    """``checkpointed``: decoder layers to recompute in backward, as the memory plan decided
+    (Plan.setup.checkpointed); None: what the config says without a plan (TrainConfig.checkpointed_layers)."""
     from transformers import AutoModelForCausalLM
 
     # Full fine-tuning keeps fp32 master weights (autocast does the bf16/fp16 math);
@@ -52,19 +57,46 @@ def load_model(cfg: TrainConfig, dev: DeviceInfo, prec: Precision, attn: str) ->
     # Cast after loading rather than through a dtype keyword whose name differs between releases.
     model.to(dtype)
     model.config.use_cache = False
-    if cfg.gradient_checkpointing:
-        enable_checkpointing(model)
+    k = cfg.checkpointed_layers(CHECKPOINT_ALL) if checkpointed is None else checkpointed
+    if k:
+        enable_checkpointing(model, None if k == CHECKPOINT_ALL else k)
     if cfg.method == "lora":
         model = apply_lora(model, cfg)
     return model.to(dev.torch_device)
 
 
-def enable_checkpointing(model: nn.Module) -> None:
+def enable_checkpointing(model: nn.Module, layers: int | None = None) -> None:
+    """Recompute the first ``layers`` decoder layers in backward (None: all of them).
+
+    transformers checkpoints each decoder layer whose own ``gradient_checkpointing`` flag is set
+    (GradientCheckpointingLayer); enabling sets it on every layer, and the layers past the first ``layers``
+    get it cleared. The first ones, because backward reaches them last: their recompute then runs after the
+    other layers' activations are freed (memory.full_layers_live)."""
     # Non-reentrant checkpointing works with frozen inputs (LoRA) and with DDP.
     if hasattr(model, "activation_checkpointing_enable"):
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     else:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if layers is None:
+        return
+    blocks = decoder_layers(model)
+    if layers >= len(blocks):
+        return
+    if not all(hasattr(b, "gradient_checkpointing") for b in blocks):
+        raise ConfigError(f"config: gradient_checkpointing: {type(blocks[0]).__name__} layers cannot be"
+                          f" checkpointed one by one; set true (all layers) or false")
+    for block in blocks[layers:]:
+        block.gradient_checkpointing = False
+
+
+def decoder_layers(model: nn.Module) -> list[nn.Module]:
+    """The transformer blocks of a Hugging Face causal LM (under a PEFT wrapper too)."""
+    base = inner_model(model)
+    decoder = base.get_decoder() if hasattr(base, "get_decoder") else base
+    layers = getattr(decoder, "layers", None) or getattr(decoder, "h", None)
+    if layers is None:
+        raise ConfigError("config: model: cannot find this model's decoder layers")
+    return list(layers)
 
 
 def apply_lora(model: nn.Module, cfg: TrainConfig) -> nn.Module:

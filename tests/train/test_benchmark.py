@@ -20,13 +20,18 @@ def test_benchmark_runs_all_three_on_the_same_work(tmp_path):
     cmd = [
         sys.executable, str(REPO / "benchmarks" / "train_throughput.py"), "--device", "cpu", "--model-size", "tiny",
         "--seq-len", "128", "--micro-batch-size", "2", "--steps", "3", "--warmup", "1", "--repeats", "1",
-        "--samples", "200", "--json", "--workdir", str(tmp_path),
+        "--samples", "200", "--json", "--workdir", str(tmp_path), "--gradient-checkpointing", "auto",
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])  # stdout holds the result only
 
     assert result["model_size"] == "tiny" and result["device"]
+    # auto: the trainer's plan fits this host's memory without checkpointing; the peers have no auto and keep
+    # checkpointing every layer.
+    gc = result["gradient_checkpointing"]
+    assert gc["ours_checkpointed_layers"] == [0] and gc["layers"] == 2 and gc["peers"] is True
+    assert gc["ours_why"].startswith("auto: 0 of 2 layers")
     assert result["packing"] is True
     assert result["attn_implementation"] == "provision_packed_sdpa"  # sdpa on CPU, per packed sequence
     ours, padded, flat = (result[k] for k in

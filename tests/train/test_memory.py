@@ -368,3 +368,95 @@ def test_fsdp2_offload_with_vllm_is_refused_on_the_npu(tmp_path, capsys, seven_b
     assert on is False and "'cuda'" in why
     assert vllm_rollout(load_config(None, words), "cuda") == (True, "")  # "cuda" is right on a GPU
     assert vllm_rollout(load_config(None, words[:-1]), "npu") == (True, "")  # without offload
+
+
+# ---- gradient_checkpointing: auto, k of L layers (issue 27.8) -------------------------------------------------
+
+def _gc_plan(model, data, tmp_path, gc, capacity=None, extra=()):
+    words = [f"model={model}", f"data={data}", f"output_dir={tmp_path}/o", "method=lora", "micro_batch_size=4",
+             "max_seq_len=8192", f"gradient_checkpointing={gc}", *extra]
+    return memory_fit.plan(load_config(None, words), 1, "bf16", capacity, "a card", strategies=["ddp"])
+
+
+def test_partial_checkpointing_is_planned_layer_by_layer(tmp_path, seven_b):
+    """k checkpointed layers keep k layer inputs and the other layers' full activations (the first k recompute,
+    after the others are freed: at least one full layer is alive), and as many autocast weight copies."""
+    model, data = seven_b
+    act = {k: next(i.bytes for i in _gc_plan(model, data, tmp_path, k).items if i.name == "activations")
+           for k in (0, 1, 2, 14, 27, 28)}
+    assert act[0] == next(i.bytes for i in _gc_plan(model, data, tmp_path, "false").items if i.name == "activations")
+    assert act[28] == next(i.bytes for i in _gc_plan(model, data, tmp_path, "true").items if i.name == "activations")
+    step = act[1] - act[2]  # a full layer less one layer's input
+    assert step > 0 and act[14] == pytest.approx(act[2] - 12 * step) and act[27] == pytest.approx(act[2] - 25 * step)
+    # 27 of 28: the last layer's full activations are the one full layer alive, as a recompute's are when all
+    # 28 recompute; all 28 keep one layer input more.
+    kept = act[28] - act[27]
+    assert 0 < kept < step / 4
+    assert act[0] - act[1] == pytest.approx(step)
+    mixed = [f"model={model}", f"data={data}", f"output_dir={tmp_path}/o", "method=full"]
+    copies = {k: next(i.bytes for i in memory_fit.plan(load_config(None, [*mixed, f"gradient_checkpointing={k}"]), 1,
+                                                        "bf16", None, "").items if i.name == "autocast copies")
+              for k in (0, 10, 28)}
+    layer = memory.model_shape(QWEN25_7B).layer_params * 2
+    assert copies[0] - copies[10] == pytest.approx(10 * layer) and copies[10] - copies[28] == pytest.approx(17 * layer)
+    with pytest.raises(ConfigError, match="gradient_checkpointing: 29 layers, but .* has 28 decoder layers"):
+        _gc_plan(model, data, tmp_path, 29)
+
+
+def test_auto_checkpoints_the_fewest_layers_that_fit(tmp_path, seven_b):
+    model, data = seven_b
+    none, every = _gc_plan(model, data, tmp_path, 0), _gc_plan(model, data, tmp_path, 28)
+    # The plan fits without checkpointing: none.
+    p = _gc_plan(model, data, tmp_path, "auto", none.total)
+    assert p.setup.checkpointed == 0 and p.fits is True and p.total == none.total
+    assert p.checkpointing_why.startswith("auto: 0 of 28 layers; the plan fits without checkpointing")
+    # Between: the fewest layers whose plan fits.
+    for k in (1, 9, 27):
+        budget = _gc_plan(model, data, tmp_path, k).total
+        p = _gc_plan(model, data, tmp_path, "auto", budget + 2**20)
+        assert p.setup.checkpointed == k and p.total == budget, k
+        assert f"auto: {k} of 28 layers, the fewest that fit" in p.checkpointing_why
+    assert "checkpointing 9 of 28 layers" in _gc_plan(model, data, tmp_path, "auto", _gc_plan(
+        model, data, tmp_path, 9).total).setup.describe()
+    # Only the most checkpointing fits: 27 of 28 layers (all 28 would keep one layer input more).
+    p = _gc_plan(model, data, tmp_path, "auto", every.total)
+    assert p.setup.checkpointed == 27 and p.total < every.total
+    # Nothing fits: all layers, and the refusal's suggestion (a smaller micro-batch, auto decided for it too).
+    cap = _gc_plan(model, data, tmp_path, 27).total - 2**20
+    p = _gc_plan(model, data, tmp_path, "auto", cap)
+    assert p.setup.checkpointed == 28 and p.fits is False and "even that does not fit" in p.checkpointing_why
+    assert p.suggestion and not any(w.startswith("gradient_checkpointing") for w in p.suggestion)
+    applied = _gc_plan(model, data, tmp_path, "auto", cap, p.suggestion)
+    assert applied.fits is True and applied.total == p.suggestion_total
+    # No capacity to plan against: all layers, as true.
+    assert _gc_plan(model, data, tmp_path, "auto").setup.checkpointed == 28
+
+
+def test_auto_for_grpo_is_all_or_nothing_and_check_says_what_auto_chose(tmp_path, capsys, seven_b):
+    model, data = seven_b
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "1+1?", "ground_truth": "2"}) + "\n")
+    words = [f"model={model}", f"data={prompts}", f"output_dir={tmp_path}/o", "method=grpo", "grpo.rollout=hf"]
+    plan = lambda gc, cap: memory_fit.plan(load_config(None, [*words, f"gradient_checkpointing={gc}"]), 1,  # noqa: E731
+                                           "bf16", cap, "a card", strategies=["ddp"])
+    every, none = plan("true", None).total, plan("false", None).total
+    p = plan("auto", (every + none) / 2)  # some layers fewer than all would fit; TRL cannot do that
+    assert p.setup.checkpointed == 28 and p.fits is True and "TRL checkpoints all or none" in p.checkpointing_why
+    assert plan("auto", none).setup.checkpointed == 0
+    with pytest.raises(ConfigError, match="method grpo checkpoints every layer or none"):
+        load_config(None, [*words, "gradient_checkpointing=20"])
+    from provisioner.train.grpo.trainer import checkpointing
+
+    assert checkpointing(load_config(None, [*words, "gradient_checkpointing=auto"])) is True
+    # --check on a card: the JSON and the text say k of L and why.
+    base = [f"model={model}", f"data={data}", f"output_dir={tmp_path / 'out'}", "method=lora", "card=800T-A2",
+            "micro_batch_size=4", "max_seq_len=8192", "gradient_checkpointing=auto"]
+    rc, res, _ = check(capsys, base)
+    mem = res["memory"]
+    assert rc == 0 and mem["layers"] == 28 and 0 < mem["checkpointed_layers"] < 28 and mem["fits"] is True
+    assert mem["checkpointing_why"].startswith(f"auto: {mem['checkpointed_layers']} of 28 layers, the fewest that fit")
+    assert main(["--check", *base]) == 0
+    assert f"  checkpointing: auto: {mem['checkpointed_layers']} of 28 layers" in capsys.readouterr().out
+    for bad in ("-1", "some", "1.5"):
+        with pytest.raises(ConfigError, match="gradient_checkpointing: must be true, false, auto or a number"):
+            load_config(None, [*base[:3], f"gradient_checkpointing={bad}"])

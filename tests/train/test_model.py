@@ -132,3 +132,51 @@ def test_head_cross_entropy_equals_torch_and_skips_log_softmax(dtype):
         assert ((mine.float() - theirs.float()).norm() / theirs.float().norm()).item() < 1e-5
     calls = {e.key for e in prof.key_averages()}
     assert not calls & {"aten::_log_softmax", "aten::_log_softmax_backward_data", "aten::nll_loss_backward"}, calls
+
+
+# ---- gradient_checkpointing: k of L layers (issue 27.8) -----------------------------------------------------
+
+def _recomputes(loss_fn, batch) -> list[int]:
+    """Forward calls of each decoder layer's MLP during one forward and backward: 2 where the layer is
+    recomputed in backward, 1 where its activations were kept."""
+    from provisioner.train.model import decoder_layers
+
+    layers = decoder_layers(loss_fn.model)
+    calls = [0] * len(layers)
+
+    def counted(i: int, forward):
+        def run(*args, **kwargs):
+            calls[i] += 1
+            return forward(*args, **kwargs)
+
+        return run
+
+    # The forward itself, not a forward hook: the recompute in backward runs without module hooks.
+    for i, layer in enumerate(layers):
+        layer.mlp.forward = counted(i, layer.mlp.forward)
+    loss_fn.train()  # transformers checkpoints in training mode only
+    try:
+        loss_fn.zero_grad()
+        loss_fn(*batch.inputs()).backward()
+    finally:
+        for layer in layers:
+            del layer.mlp.forward
+    return calls
+
+
+def test_k_checkpointed_layers_recompute_exactly_the_first_k(tmp_path, tokenizer, examples):
+    from tests.train.conftest import build_tiny_model
+
+    four = build_tiny_model(tmp_path / "four", tokenizer, layers=4)
+    batch = make_batch(examples, [[0, 1], [2, 3]], True, tokenizer.pad_token_id, "sdpa")
+    seen = {}
+    for gc in (1, 3):  # true and false: every layer recomputes, or none (the other tests' runs)
+        loss_fn = SFTLoss(_model(four, gradient_checkpointing=gc), chunk_tokens=0)
+        seen[gc] = _recomputes(loss_fn, batch)
+    assert seen == {1: [2, 1, 1, 1], 3: [2, 2, 2, 1]}  # the first k: backward reaches them last
+    # LoRA (PEFT wraps the model after the flags are set), with the memory plan's choice passed as a number,
+    # which overrides the config's setting.
+    cfg = from_dict({"model": str(four), "data": ["x"], "output_dir": "x", "method": "lora",
+                     "gradient_checkpointing": "auto"})
+    loss_fn = SFTLoss(load_model(cfg, CPU, FP32, "sdpa", checkpointed=2), chunk_tokens=0)
+    assert _recomputes(loss_fn, batch) == [2, 2, 1, 1]

@@ -180,3 +180,44 @@ def test_unpacked_run_and_bf16_autocast_on_cpu(tmp_path, capsys, tiny_model_dir,
     summary = run_cli(capsys, cfg)
     assert summary["packing"] is False and summary["precision"] == "bf16"
     assert all(r["loss"] > 0 for r in read_metrics(tmp_path / "out" / "metrics.jsonl"))
+
+
+def test_checkpointing_k_of_l_layers_recomputes_k_and_keeps_the_losses(tmp_path, capsys, monkeypatch, tiny_model_dir,
+                                                                         alpaca_jsonl):
+    """gradient_checkpointing: a number of layers (issue 27.8): the run recomputes exactly that many decoder layers
+    (counted), its losses are the all-checkpointed run's, and the summary says what was chosen."""
+    from provisioner.train import loop
+    from provisioner.train.model import decoder_layers
+
+    counts: list[list[int]] = []
+    real = loop.load_model
+
+    def counting(*args, **kwargs):
+        model = real(*args, **kwargs)
+        calls = [0] * len(decoder_layers(model))
+        counts.append(calls)
+        for i, layer in enumerate(decoder_layers(model)):
+            def run(*a, _i=i, _f=layer.mlp.forward, **kw):
+                calls[_i] += 1
+                return _f(*a, **kw)
+
+            layer.mlp.forward = run  # not a hook: the recompute in backward runs without module hooks
+        return model
+
+    monkeypatch.setattr(loop, "load_model", counting)
+    losses, summaries = [], []
+    for gc in (True, 1):
+        d = tmp_path / f"gc-{gc}"
+        d.mkdir()
+        cfg = base_cfg(d, tiny_model_dir, alpaca_jsonl, method="full", max_steps=2, learning_rate=3e-3,
+                       gradient_checkpointing=gc)
+        summaries.append(run_cli(capsys, cfg))
+        losses.append([r["loss"] for r in read_metrics(d / "out" / "metrics.jsonl")])
+    assert losses[1] == pytest.approx(losses[0], rel=1e-5)
+    every, first = counts
+    backwards = every[0] - first[1]  # one recompute of a checkpointed layer per micro-batch trained
+    assert backwards == 2 and every == [first[0]] * 2 and first[0] == first[1] + backwards
+    facts = [s["gradient_checkpointing"] for s in summaries]
+    assert facts == [{"setting": True, "checkpointed_layers": 2, "layers": 2, "why": None},
+                     {"setting": 1, "checkpointed_layers": 1, "layers": 2, "why": None}]
+    assert summaries[1]["memory"]["plan"]["checkpointed_layers"] == 1

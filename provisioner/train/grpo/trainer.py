@@ -131,7 +131,7 @@ def grpo_args(cfg: TrainConfig, dev: devmod.DeviceInfo, prec: devmod.Precision, 
         max_grad_norm=cfg.max_grad_norm,
         bf16=prec.name == "bf16",
         fp16=prec.name == "fp16",
-        gradient_checkpointing=cfg.gradient_checkpointing,
+        gradient_checkpointing=checkpointing(cfg),
         gradient_checkpointing_kwargs={"use_reentrant": False},
         logging_steps=cfg.logging_steps,
         save_strategy="steps" if cfg.save_steps else "no",
@@ -187,6 +187,12 @@ def grpo_args(cfg: TrainConfig, dev: devmod.DeviceInfo, prec: devmod.Precision, 
     return GRPOConfig(**kwargs)
 
 
+def checkpointing(cfg: TrainConfig) -> bool:
+    """TRL checkpoints every layer or none: ``auto`` is all unless run_grpo resolved it from the memory plan
+    (validate refuses a number of layers for GRPO)."""
+    return cfg.checkpointed_layers(1) > 0
+
+
 def _strategy_args(cfg: TrainConfig) -> dict[str, Any]:
     """DDP is accelerate's default; ZeRO-2/3 and FSDP2 go through its DeepSpeed and FSDP plugins."""
     if cfg.strategy in ("zero2", "zero3"):
@@ -210,7 +216,7 @@ def _strategy_args(cfg: TrainConfig) -> dict[str, Any]:
     if cfg.strategy == "fsdp":
         options = "full_shard auto_wrap" + (" offload" if cfg.offload_params or cfg.resolved_offload_optimizer() else "")
         # FSDP's own activation checkpointing: the training argument would all-gather again in backward.
-        fsdp_config = {"version": 2, "reshard_after_forward": True, "activation_checkpointing": cfg.gradient_checkpointing}
+        fsdp_config = {"version": 2, "reshard_after_forward": True, "activation_checkpointing": checkpointing(cfg)}
         return {"fsdp": options, "fsdp_config": fsdp_config, "gradient_checkpointing": False}
     return {}
 
@@ -327,6 +333,8 @@ def run_grpo(cfg: TrainConfig, resume: str | None) -> dict[str, Any]:
             log.info(line)
     if plan.fits is False and cfg.memory_check:
         raise ConfigError(memory_fit.refusal(plan))
+    # gradient_checkpointing: auto, decided by the plan (all layers or none: memory_fit.resolve_checkpointing).
+    cfg = dataclasses.replace(cfg, gradient_checkpointing=plan.setup.checkpointed > 0)
 
     from datasets import Dataset
     from transformers import PrinterCallback, ProgressCallback
