@@ -235,3 +235,15 @@ def set_rng_state(dev: DeviceInfo, state: dict[str, Any]) -> None:
     torch.set_rng_state(state["cpu"])
     if dev.type != "cpu" and dev.type in state:
         _module(dev).set_rng_state(state[dev.type])
+
+
+def npu_facts(dev: DeviceInfo, max_seqs: int | None) -> dict[str, Any] | None:
+    """The NPU's traits the run went by (summary.json); None off the NPU."""
+    if dev.type != "npu":
+        return None
+    return {
+        "soc_family": dev.soc_family.id if dev.soc_family else None,
+        "inf_nan": dev.inf_nan,
+        "jit_compile": dev.jit_compile,
+        "max_seqs_per_batch": max_seqs,
+    }

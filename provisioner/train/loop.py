@@ -477,8 +477,8 @@ class Trainer:
             "precision": self.prec.name,
             "attn_implementation": self.attn,
             "packing": self.packing,
-            "gradient_checkpointing": self._checkpointing(),
-            "npu": self._npu_facts(),
+            "gradient_checkpointing": self.plan.checkpointing(self.cfg.gradient_checkpointing),
+            "npu": devmod.npu_facts(self.dev, self.max_seqs),
             "template": self.template,
             "strategy": engine.name,
             "optimizer": type(getattr(engine, "optimizer", None)).__name__,
@@ -497,23 +497,6 @@ class Trainer:
         if self.world.is_main:
             (self.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
         return summary
-
-    def _checkpointing(self) -> dict[str, Any]:
-        """What the run recomputes: k of the model's decoder layers (the first ones), and why."""
-        su = self.plan.setup
-        return {"setting": self.cfg.gradient_checkpointing, "checkpointed_layers": su.checkpointed,
-                "layers": su.layers, "why": self.plan.checkpointing_why or None}
-
-    def _npu_facts(self) -> dict[str, Any] | None:
-        dev = self.dev
-        if dev.type != "npu":
-            return None
-        return {
-            "soc_family": dev.soc_family.id if dev.soc_family else None,
-            "inf_nan": dev.inf_nan,
-            "jit_compile": dev.jit_compile,
-            "max_seqs_per_batch": self.max_seqs,
-        }
 
     def _metric_rows(self) -> list[dict[str, Any]]:
         path = self.out / self.cfg.metrics_file

@@ -297,6 +297,11 @@ class Plan:
     suggestion_total: float | None = None
     checkpointing_why: str = ""  # how gradient_checkpointing: auto chose the checkpointed layers ("": not auto)
 
+
+    def checkpointing(self, setting: Any) -> dict[str, Any]:
+        """What the run recomputes: k of the model's decoder layers (the first ones), and why (summary.json)."""
+        return {"setting": setting, "checkpointed_layers": self.setup.checkpointed, "layers": self.setup.layers,
+                "why": self.checkpointing_why or None}
     def phase_bytes(self, phase: str) -> float:
         return sum(i.bytes for i in self.items if phase in i.phases)
 
