@@ -141,18 +141,25 @@ def test_kill_9_of_a_worker_then_resume_matches_an_uninterrupted_run(tmp_path, t
     assert [r["loss"] for r in rows] == pytest.approx([r["loss"] for r in ref_rows], rel=1e-5)
 
 
-def test_zero2_offload_matches_ddp_and_resumes(tmp_path, tiny_model_dir, alpaca_file):
+def zero2_offload_run(tmp_path: Path, model: Path, data: Path) -> tuple[Path, dict]:
+    """A 2-rank ZeRO-2 LoRA run with the optimizer offloaded to CPU Adam: 6 steps, checkpoints at 3 and 6."""
     pytest.importorskip("deepspeed", reason="deepspeed is optional; ZeRO-2 is tested where it is installed")
-    # No LoRA dropout: then 2 ranks x 2 samples take the same steps as one process x 2 micro-batches of 2, which
-    # test_torchrun_full_run shows DDP does exactly, so one in-process run stands in for the DDP reference.
-    common = dict(method="lora", max_steps=6, learning_rate=3e-2, save_steps=3, lora={"dropout": 0.0})
-    single = make_cfg(tmp_path / "single", tiny_model_dir, alpaca_file, gradient_accumulation_steps=2, **common)
-    assert main(["--config", str(single)]) == 0
-    zcfg = make_cfg(
-        tmp_path / "zero", tiny_model_dir, alpaca_file, strategy="zero2", offload_optimizer=True, **common
-    )
+    zcfg = make_cfg(tmp_path / "zero", model, data, strategy="zero2", offload_optimizer=True, **ZERO2_COMMON)
     zero = run_ok(zcfg)
     assert zero["strategy"] == "zero2" and zero["world_size"] == 2
+    return zcfg, zero
+
+
+# No LoRA dropout: then 2 ranks x 2 samples take the same steps as one process x 2 micro-batches of 2, which
+# test_torchrun_full_run shows DDP does exactly, so one in-process run stands in for the DDP reference.
+ZERO2_COMMON = dict(method="lora", max_steps=6, learning_rate=3e-2, save_steps=3, lora={"dropout": 0.0})
+
+
+def test_zero2_offload_matches_ddp(tmp_path, tiny_model_dir, alpaca_file):
+    zcfg, zero = zero2_offload_run(tmp_path, tiny_model_dir, alpaca_file)
+    single = make_cfg(tmp_path / "single", tiny_model_dir, alpaca_file, gradient_accumulation_steps=2,
+                      **ZERO2_COMMON)
+    assert main(["--config", str(single)]) == 0
     ref_rows = read_metrics(tmp_path / "single" / "out" / "metrics.jsonl")
     zero_rows = read_metrics(tmp_path / "zero" / "out" / "metrics.jsonl")
     assert [r["tokens"] for r in zero_rows] == [r["tokens"] for r in ref_rows]
@@ -160,6 +167,14 @@ def test_zero2_offload_matches_ddp_and_resumes(tmp_path, tiny_model_dir, alpaca_
         assert [r[key] for r in zero_rows] == pytest.approx([r[key] for r in ref_rows], rel=1e-4), key
     last = ckpt.complete_checkpoints(tmp_path / "zero" / "out")[-1]
     assert (last / "zero").is_dir() and (last / "adapter_model.safetensors").is_file()
+
+
+# The second DeepSpeed launch (ZeRO-2's own resume, ~50 s under make test's load) is in the `full` tier (make
+# test-all); make test resumes the sharded FSDP state after a kill -9 (test_sharded.py).
+@pytest.mark.full
+def test_zero2_offload_resumes_exactly(tmp_path, tiny_model_dir, alpaca_file):
+    zcfg, zero = zero2_offload_run(tmp_path, tiny_model_dir, alpaca_file)
+    last = ckpt.complete_checkpoints(tmp_path / "zero" / "out")[-1]
     # Resume from step 3 (as if the run had died after it) and land on the same loss.
     import shutil
 
