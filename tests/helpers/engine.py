@@ -215,7 +215,7 @@ def session_image(docker_client, base_image, wheelhouse) -> str:
     tag: str = prebuild.result("session", lambda: build_session_image(base_image, wheelhouse))
     prebuild.consumed("session")
     yield tag
-    docker_client.images.remove(tag, force=True)
+    remove_tags(tag)
 
 
 @pytest.fixture(scope="session")
@@ -237,14 +237,17 @@ def run_in_image(docker_client):
     return run
 
 
-def remove_tag(tag: str) -> None:
+def remove_tags(*tags: str) -> None:
+    """Remove these tags (their images too, unless another tag holds one); a tag already gone is no error."""
     import docker
 
     client = docker.from_env(timeout=900)
     try:
-        client.images.remove(tag, force=True)
-    except docker.errors.ImageNotFound:
-        pass
+        for tag in tags:
+            try:
+                client.images.remove(tag, force=True)
+            except docker.errors.ImageNotFound:
+                pass
     finally:
         client.close()
 

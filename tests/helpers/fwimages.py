@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from tests.helpers import fwrepos
-from tests.helpers.engine import ROOT, dangling_ids, provision, remove_images, trusted_ca_file
+from tests.helpers.engine import ROOT, dangling_ids, provision, remove_images, remove_tags, trusted_ca_file
 from tests.helpers.prebuild import BuildFailed
 
 MINDSPORE_WHEEL = "mindspore==2.7.1"
@@ -69,13 +69,9 @@ def remove_mindspore_image(result: dict) -> None:
     full run must fit a CI machine's disk. Other untagged images stay: they are other builds' cache."""
     import docker
 
+    remove_tags(*(result.get("tags") or [result["tag"]]))
     client = docker.from_env(timeout=900)
     try:
-        for tag in result.get("tags") or [result["tag"]]:
-            try:
-                client.images.remove(tag, force=True)
-            except docker.errors.ImageNotFound:
-                pass
         remove_images(client, result["stages"])
     finally:
         client.close()

@@ -125,7 +125,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         if name == "session":
             from tests.helpers import engine
 
-            engine.remove_tag(value)
+            engine.remove_tags(value)
         elif name == "mindspore":
             from tests.helpers import fwimages
 
